@@ -1,0 +1,5 @@
+import sys
+
+from fedapp.cli import main
+
+sys.exit(main())

@@ -1,0 +1,58 @@
+"""The ``fedapp`` command: run (in-process engine), report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fedapp.config import ConfigError, load_toml_config, parse_overrides
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from fedapp.engine.run_local import run_local
+
+    overrides = {}
+    for item in args.config:
+        overrides.update(load_toml_config(item) if Path(item).suffix == ".toml" else parse_overrides(item))
+    out = run_local(overrides)
+    print(f"results in {out}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from fedapp.report import report
+
+    out = Path(args.out) if args.out else Path(args.runs[0]).parent / "report"
+    md, png = report(args.runs, out, args.target, args.metric)
+    print(md)
+    print(f"plot: {png}\ntable: {out / 'report.md'}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fedapp", description="Partial-network federated learning on Flower")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run a federation in-process (same server/client code as `flwr run`, no Ray)")
+    r.add_argument("config", nargs="*", help='run-config TOML files and/or "key=value ..." overrides, applied in order')
+    r.set_defaults(fn=cmd_run)
+    rep = sub.add_parser("report", help="plot and tabulate run folders")
+    rep.add_argument("runs", nargs="+", help="run folders (each with metrics.jsonl and config.json)")
+    rep.add_argument("--out", help="output folder (default: <first run's parent>/report)")
+    rep.add_argument("--target", type=float, default=None, help="accuracy target for rounds-to-target (default: the run's target-accuracy)")
+    rep.add_argument("--metric", default="accuracy", help="metrics.jsonl key to plot (e.g. personalized_accuracy)")
+    rep.set_defaults(fn=cmd_report)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except (ConfigError, FileNotFoundError) as err:
+        print(f"fedapp: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""Typed, validated run-config.
+
+Flower hands apps a flat dict of kebab-case keys (``context.run_config``). We turn
+it into frozen dataclasses before any training, so a wrong value stops the run at
+once with an error naming the key, the value and what is allowed. Each method adds
+its own small dataclass (``Method.params``) instead of one global bag of flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+Scalar = bool | int | float | str
+
+
+class ConfigError(ValueError):
+    """A run-config value is missing, of the wrong type, or out of range."""
+
+
+def key(default: Scalar, check: Callable[[Any], str | None] | None = None, doc: str = "") -> Any:
+    """Declare a run-config field: its default, an optional check and a one-line doc.
+
+    ``check(value)`` returns None when the value is fine, else a phrase saying what
+    is allowed (used verbatim in the error).
+    """
+    return dataclasses.field(default=default, metadata={"check": check, "doc": doc})
+
+
+def one_of(*allowed: str) -> Callable[[Any], str | None]:
+    return lambda v: None if v in allowed else f"one of {', '.join(allowed)}"
+
+
+def positive(v: Any) -> str | None:
+    return None if v > 0 else "a number > 0"
+
+
+def non_negative(v: Any) -> str | None:
+    return None if v >= 0 else "a number >= 0"
+
+
+def fraction(v: Any) -> str | None:
+    return None if 0 < v <= 1 else "a number in (0, 1]"
+
+
+def unit_interval(v: Any) -> str | None:
+    return None if 0 <= v <= 1 else "a number in [0, 1]"
+
+
+def half_open_unit(v: Any) -> str | None:
+    return None if 0 <= v < 1 else "a number in [0, 1)"
+
+
+def int_list(v: Any) -> str | None:
+    return None if re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*", str(v)) else "comma-separated positive integers such as '32,64'"
+
+
+def float_list(v: Any) -> str | None:
+    try:
+        vals = [float(x) for x in str(v).split(",")]
+    except ValueError:
+        return "comma-separated numbers such as '0.2,0.4,1.0'"
+    return None if vals and all(0 < x <= 1 for x in vals) else "comma-separated numbers in (0, 1]"
+
+
+PARTITION_RE = re.compile(r"^\s*\d+(\s*,\s*\d+)*(\s*\|\s*\d+(\s*,\s*\d+)*)+\s*$")
+
+
+def partition_check(v: Any) -> str | None:
+    if v in ("iid", "dirichlet", "pathological", "shard", "source") or PARTITION_RE.match(str(v)):
+        return None
+    return "iid, dirichlet, pathological, shard, source, or explicit class groups per client such as '0,1|2,3'"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Keys every run understands (the foundation contract)."""
+
+    method: str = key("fedavg", doc="fedavg, fedprox, or a method added by a later module")
+    base: str = key("fedavg", one_of("fedavg", "fedprox"), "base optimizer a warmup/partial method falls back on")
+    dataset: str = key("digits", doc="synthetic-32k, synthetic-3.2k, digits, ...")
+    data_seed: int = key(0, non_negative, "seed of data generation and partitioning")
+    data_root: str = key("", doc="folder with downloaded datasets (real-data loaders)")
+    partition: str = key("dirichlet", partition_check)
+    dirichlet_alpha: float = key(0.5, positive)
+    classes_per_client: int = key(2, positive)
+    min_partition_size: int = key(10, non_negative, "Dirichlet: resample until every client has this many samples")
+    num_clients: int = key(2, positive)
+    local_test_fraction: float = key(0.0, half_open_unit, "share of each client's data held out as its local test split")
+    model: str = key("mlp", one_of("mlp", "cnn"))
+    mlp_hidden: str = key("64,64", int_list, "hidden widths of the MLP")
+    num_server_rounds: int = key(10, positive)
+    local_epochs: int = key(1, non_negative)
+    local_steps: int = key(0, non_negative, "if > 0, train this many minibatch steps instead of epochs")
+    batch_size: int = key(32, positive)
+    optimizer: str = key("sgd", one_of("sgd", "adam"))
+    lr: float = key(0.05, positive)
+    momentum: float = key(0.0, half_open_unit)
+    weight_decay: float = key(0.0, non_negative)
+    server_lr: float = key(1.0, positive, "global learning rate applied to the pseudo-gradient")
+    proximal_mu: float = key(0.01, non_negative, "FedProx proximal weight, used when method or base is fedprox")
+    client_weighting: str = key("num-examples", one_of("num-examples", "uniform"))
+    fraction_train: float = key(1.0, fraction, "share of clients sampled per round")
+    min_replies: int = key(1, positive, "fewest replies a round aggregates; fewer leaves the model unchanged")
+    round_timeout: float = key(3600.0, positive, "seconds the server waits for replies each round")
+    state_store: str = key("context", one_of("context", "disk"), "where client state lives between rounds")
+    num_threads: int = key(1, positive, "torch/BLAS threads per client process")
+    seed: int = key(0, non_negative)
+    run_dir: str = key("runs/default")
+    target_accuracy: float = key(0.99, unit_interval, "accuracy the report counts rounds to")
+
+    @property
+    def hidden_widths(self) -> tuple[int, ...]:
+        return tuple(int(x) for x in self.mlp_hidden.split(","))
+
+    @property
+    def uses_prox(self) -> bool:
+        return self.method == "fedprox" or self.base == "fedprox"
+
+    @property
+    def run_path(self) -> Path:
+        return Path(self.run_dir)
+
+
+T = TypeVar("T")
+
+
+def kebab(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def fields_of(cls: type) -> dict[str, dataclasses.Field[Any]]:
+    return {kebab(f.name): f for f in dataclasses.fields(cls)}
+
+
+def defaults_of(cls: type) -> dict[str, Scalar]:
+    return {k: f.default for k, f in fields_of(cls).items()}  # type: ignore[misc]
+
+
+def _coerce(name: str, value: Any, default: Scalar) -> Scalar:
+    want = type(default)
+    if want is bool:
+        if isinstance(value, bool):
+            return value
+        if str(value).lower() in ("true", "false"):
+            return str(value).lower() == "true"
+        raise ConfigError(f"run-config key '{name}' = {value!r}: expected true or false")
+    if want is int:
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
+            try:
+                return int(str(value))
+            except ValueError:
+                raise ConfigError(f"run-config key '{name}' = {value!r}: expected an integer") from None
+        return int(value)
+    if want is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"run-config key '{name}' = {value!r}: expected a number")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"run-config key '{name}' = {value!r}: expected a number") from None
+    return str(value)
+
+
+def parse(cls: type[T], raw: Mapping[str, Any]) -> T:
+    """Build ``cls`` from the keys of ``raw`` it declares (others are ignored here)."""
+    values: dict[str, Any] = {}
+    for name, f in fields_of(cls).items():
+        v = _coerce(name, raw[name], cast(Scalar, f.default)) if name in raw else f.default
+        check = f.metadata.get("check")
+        if check is not None and (allowed := check(v)) is not None:
+            raise ConfigError(f"run-config key '{name}' = {v!r} is not allowed: expected {allowed}")
+        values[f.name] = v
+    return cls(**values)
+
+
+def check_known(raw: Mapping[str, Any], known: set[str]) -> None:
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"unknown run-config key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(known))}")
+
+
+def load_toml_config(path: str | Path) -> dict[str, Any]:
+    """Read a run-config TOML file (flat kebab-case keys, as `flwr run --run-config` takes)."""
+    import tomllib
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"run-config file {str(p)!r} does not exist")
+    with p.open("rb") as fh:
+        data = tomllib.load(fh)
+    return flatten(data)
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        if isinstance(v, Mapping):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def parse_overrides(text: str) -> dict[str, Any]:
+    """Parse ``"k1=v1 k2='v 2'"`` the way `flwr run --run-config` does (TOML values)."""
+    import shlex
+    import tomllib
+
+    out: dict[str, Any] = {}
+    for item in shlex.split(text):
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form key=value")
+        k, v = item.split("=", 1)
+        try:
+            out[k] = tomllib.loads(f"x = {v}")["x"]
+        except tomllib.TOMLDecodeError:
+            out[k] = v
+    return out

@@ -1,0 +1,95 @@
+"""Split a training set's indices over clients.
+
+iid, dirichlet and pathological use Flower Datasets' partitioners on an in-memory
+label column (offline). Explicit class groups ("0,1|2,3") are ours: Flower Datasets
+has no partitioner that takes a fixed class list per client. A class named in several
+groups is split evenly between those clients.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from fedapp.config import ConfigError
+
+
+def explicit_groups(spec: str, labels: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
+    groups = [[int(c) for c in g.split(",")] for g in spec.replace(" ", "").split("|")]
+    if len(groups) != num_clients:
+        raise ConfigError(f"run-config key 'partition' = {spec!r} names {len(groups)} client groups but 'num-clients' = {num_clients}")
+    classes = set(np.unique(labels).tolist())
+    for g in groups:
+        for c in g:
+            if c not in classes:
+                raise ConfigError(f"run-config key 'partition' = {spec!r}: class {c} is not in this dataset (classes {sorted(classes)})")
+    rng = np.random.default_rng(seed)
+    owners: dict[int, list[int]] = {}
+    for i, g in enumerate(groups):
+        for c in g:
+            owners.setdefault(c, []).append(i)
+    parts: list[list[np.ndarray]] = [[] for _ in groups]
+    for c, who in sorted(owners.items()):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        for i, chunk in zip(who, np.array_split(idx, len(who)), strict=True):
+            parts[i].append(chunk)
+    return [np.sort(np.concatenate(p)) for p in parts]
+
+
+def _flower_partition(partitioner: object, labels: np.ndarray, order: np.ndarray, num_clients: int) -> list[np.ndarray]:
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import datasets
+
+    datasets.disable_progress_bars()
+    ds = datasets.Dataset.from_dict({"label": labels[order], "idx": order})
+    partitioner.dataset = ds  # type: ignore[attr-defined]
+    return [np.sort(np.asarray(partitioner.load_partition(i)["idx"][:], dtype=np.int64)) for i in range(num_clients)]  # type: ignore[attr-defined]
+
+
+def partition_indices(
+    kind: str,
+    labels: np.ndarray,
+    num_clients: int,
+    seed: int,
+    alpha: float = 0.5,
+    classes_per_client: int = 2,
+    min_partition_size: int = 10,
+) -> list[np.ndarray]:
+    """Indices into ``labels`` for each client (disjoint)."""
+    from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner, PathologicalPartitioner
+
+    if num_clients > labels.size:
+        raise ConfigError(f"run-config key 'num-clients' = {num_clients} exceeds the {labels.size} training samples")
+    if kind == "iid":
+        order = np.random.default_rng(seed).permutation(labels.size)
+        return _flower_partition(IidPartitioner(num_clients), labels, order, num_clients)
+    ordered = np.arange(labels.size)
+    if kind == "dirichlet":
+        if min_partition_size * num_clients > labels.size:
+            raise ConfigError(
+                f"run-config key 'min-partition-size' = {min_partition_size} cannot hold for {num_clients} clients "
+                f"over {labels.size} samples"
+            )
+        p = DirichletPartitioner(num_clients, "label", alpha, min_partition_size=min_partition_size, seed=seed)
+        return _flower_partition(p, labels, ordered, num_clients)
+    if kind == "pathological":
+        n_classes = np.unique(labels).size
+        if classes_per_client > n_classes:
+            raise ConfigError(f"run-config key 'classes-per-client' = {classes_per_client} exceeds the {n_classes} classes")
+        p = PathologicalPartitioner(num_clients, "label", classes_per_client, class_assignment_mode="random", seed=seed)
+        return _flower_partition(p, labels, ordered, num_clients)
+    if "|" in kind:
+        return explicit_groups(kind, labels, num_clients, seed)
+    raise ConfigError(f"run-config key 'partition' = {kind!r} is not supported for this dataset")
+
+
+def local_split(indices: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded split of one client's indices into local train and local test."""
+    if test_fraction <= 0:
+        return indices, indices[:0]
+    perm = np.random.default_rng(seed).permutation(indices)
+    n_test = round(test_fraction * perm.size)
+    n_test = min(max(n_test, 1), perm.size - 1) if perm.size > 1 else 0
+    return np.sort(perm[n_test:]), np.sort(perm[:n_test])

@@ -1,0 +1,1 @@
+"""In-process engine: the same ServerApp loop and ClientApp, no Ray, no SuperLink."""

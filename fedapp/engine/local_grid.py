@@ -1,0 +1,81 @@
+"""LocalGrid: a Flower ``Grid`` that delivers messages to a ClientApp in this process.
+
+The server loop, MaskedStrategy and the ClientApp run unchanged, with no Ray actor
+or SuperLink in between, so seed sweeps of hundreds of rounds are cheap and the
+bench can compare it against `flwr run`. Each simulated node keeps its own Context
+(node_config with partition-id/num-partitions, and Context.state across rounds),
+as Flower's simulation engine does. Uses Flower's internal ``TaskIdentity`` to
+create messages outside a SuperLink (pinned flwr version; covered by tests).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import traceback
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid
+from flwr.supercore.run import Run
+from flwr.supercore.task_identity import TaskIdentity
+
+SERVER_NODE_ID = 1
+
+
+class LocalGrid(Grid):
+    def __init__(
+        self, client_app: ClientApp, run_config: Mapping[str, Any], num_nodes: int, node_configs: list[dict[str, Any]] | None = None
+    ):
+        TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SERVER_NODE_ID, 1  # type: ignore[misc]
+        self.client_app = client_app
+        self._ids = itertools.count(1)
+        configs = node_configs or [{} for _ in range(num_nodes)]
+        self.contexts: dict[int, Context] = {}
+        for pid, extra in enumerate(configs):
+            node_id = 1000 + pid
+            node_config = {"partition-id": pid, "num-partitions": num_nodes, **extra}
+            self.contexts[node_id] = Context(1, node_id, node_config, RecordDict(), dict(run_config))
+        self._pending: dict[str, Message] = {}
+        self.client_seconds = 0.0  # time spent inside the ClientApp
+
+    def set_run(self, run: Run) -> None:  # pragma: no cover - not used in-process
+        pass
+
+    @property
+    def run(self) -> Run:  # pragma: no cover - not used in-process
+        raise NotImplementedError("LocalGrid runs without a Flower Run object")
+
+    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str, ttl: float | None = None) -> Message:
+        return Message(content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id, ttl=ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self.contexts)
+
+    def _deliver(self, msg: Message) -> Message:
+        ctx = self.contexts.get(msg.metadata.dst_node_id)
+        if ctx is None:
+            return Message(Error(code=404, reason=f"no node {msg.metadata.dst_node_id}"), reply_to=msg)
+        start = time.perf_counter()
+        try:
+            reply = self.client_app(msg, ctx)
+        except Exception as err:  # a client crash is a failed reply, as in Flower
+            reply = Message(Error(code=500, reason=f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"), reply_to=msg)
+        self.client_seconds += time.perf_counter() - start
+        return reply
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        ids = []
+        for msg in messages:
+            key = str(next(self._ids))
+            self._pending[key] = self._deliver(msg)
+            ids.append(key)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return [self._pending.pop(i) for i in message_ids if i in self._pending]
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        return [self._deliver(m) for m in messages]

@@ -1,0 +1,21 @@
+"""Model accuracy and loss on a split (global test set, or a client's local test)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) of ``model`` in eval mode; (0, 0) on empty data."""
+    if x.shape[0] == 0:
+        return 0.0, 0.0
+    model.eval()
+    correct, loss_sum = 0, 0.0
+    for i in range(0, x.shape[0], batch_size):
+        out = model(x[i : i + batch_size])
+        loss_sum += float(nn.functional.cross_entropy(out, y[i : i + batch_size], reduction="sum"))
+        correct += int((out.argmax(1) == y[i : i + batch_size]).sum())
+    n = x.shape[0]
+    return correct / n, loss_sum / n

@@ -1,0 +1,147 @@
+"""The two halves of a method, and the default (FedAvg) behaviour of each.
+
+A method is a server policy (which clients train, what each one is sent, how
+replies are weighted, what is remembered between rounds) and a client policy (what
+trains, what is uploaded, what extra loss, what state persists). Neither touches
+wire encoding, Flower plumbing, data loading or metrics: strategy.py and client.py do.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedapp.aggregate import Contribution
+from fedapp.config import RunConfig
+from fedapp.data import ClientData
+from fedapp.state import StateStore
+from fedapp.train import ExtraLoss, TrainSettings, TrainStats, local_train, proximal_term
+
+Scalar = bool | int | float | str
+
+
+@dataclass
+class NodeTask:
+    """What the server sends one client this round, besides the global arrays."""
+
+    config: dict[str, Scalar] = field(default_factory=dict)
+    records: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # extra ArrayRecords by name
+    download_masks: dict[str, np.ndarray] | None = None  # send only these global entries (None: all)
+
+
+@dataclass
+class Reply:
+    """A decoded, validated client reply as the server policy sees it."""
+
+    pid: int
+    contribution: Contribution
+    metrics: dict[str, float]
+    records: dict[str, dict[str, np.ndarray]]
+
+
+@dataclass
+class ClientJob:
+    """Everything a client policy needs for one round."""
+
+    cfg: RunConfig
+    params: Any
+    pid: int
+    server_round: int
+    config: dict[str, Scalar]
+    records: dict[str, dict[str, np.ndarray]]
+    model: nn.Module  # global values already loaded (where they were sent)
+    received: dict[str, np.ndarray]  # bool masks of the global entries that were sent (all True when dense)
+    data: ClientData
+    store: StateStore
+    gen: torch.Generator
+
+    def tensors(self, split: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = (self.data.x_train, self.data.y_train) if split == "train" else (self.data.x_test, self.data.y_test)
+        return torch.from_numpy(x), torch.from_numpy(y)
+
+
+@dataclass
+class ClientResult:
+    """What a client policy hands back after training."""
+
+    metrics: dict[str, float]
+    masks: dict[str, np.ndarray] | None = None  # upload masks per tensor; None: everything dense
+    upload: set[str] | None = None  # which tensors to upload; None: every float tensor
+    records: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # extra ArrayRecords
+
+
+def settings_of(cfg: RunConfig) -> TrainSettings:
+    return TrainSettings(
+        epochs=cfg.local_epochs, steps=cfg.local_steps, batch_size=cfg.batch_size, lr=cfg.lr,
+        optimizer=cfg.optimizer, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+    )  # fmt: skip
+
+
+class ServerPolicy:
+    """FedAvg's server half: sample ``fraction-train`` of the clients, send everyone
+    the same config, weight by ``client-weighting``, never stop early."""
+
+    personalized_eval = False
+
+    def __init__(self, cfg: RunConfig, params: Any, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Scalar]]):
+        self.cfg, self.params, self.initial, self.node_info = cfg, params, initial, node_info
+
+    def select(self, server_round: int, pids: list[int], rng: random.Random) -> list[int]:
+        k = max(1, round(self.cfg.fraction_train * len(pids)))
+        return sorted(rng.sample(pids, min(k, len(pids))))
+
+    def node_task(self, server_round: int, pid: int) -> NodeTask:
+        return NodeTask()
+
+    def weight(self, metrics: dict[str, float]) -> float:
+        return 1.0 if self.cfg.client_weighting == "uniform" else float(metrics.get("num-examples", 0))
+
+    def server_lr(self, server_round: int) -> float:
+        return self.cfg.server_lr
+
+    def after_round(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
+        """Update server-side method state; return extra metrics for metrics.jsonl."""
+        return {}
+
+    def finished(self, server_round: int) -> bool:
+        return False
+
+
+class ClientPolicy:
+    """FedAvg's client half (FedProx when the run uses the proximal term): train the
+    whole model for the configured local work, upload every float tensor dense."""
+
+    def __init__(self, cfg: RunConfig, params: Any):
+        self.cfg, self.params = cfg, params
+
+    def extra_loss(self, model: nn.Module, masks: dict[str, torch.Tensor] | None = None) -> ExtraLoss | None:
+        if not self.cfg.uses_prox:
+            return None
+        anchor = {n: p.detach().clone() for n, p in model.named_parameters()}
+        return proximal_term(self.cfg.proximal_mu, anchor, masks)
+
+    def fit(self, job: ClientJob, grad_masks: dict[str, torch.Tensor] | None = None) -> TrainStats:
+        x, y = job.tensors()
+        extra = self.extra_loss(job.model, grad_masks)
+        return local_train(job.model, x, y, settings_of(self.cfg), job.gen, grad_masks, extra)
+
+    def train(self, job: ClientJob) -> ClientResult:
+        stats = self.fit(job)
+        return ClientResult(metrics=train_metrics(stats))
+
+    def evaluate(self, job: ClientJob) -> dict[str, float]:
+        """Accuracy of the model the client would use, on its local test split."""
+        from fedapp.evaluate import evaluate
+
+        x, y = job.tensors("test")
+        acc, loss = evaluate(job.model, x, y)
+        return {"accuracy": acc, "loss": loss, "num-examples": int(x.shape[0])}
+
+
+def train_metrics(stats: TrainStats) -> dict[str, float]:
+    return {"train-loss": stats.loss, "num-examples": stats.num_examples, "train-seconds": stats.seconds, "steps": stats.steps}

@@ -1,0 +1,10 @@
+"""FedProx: FedAvg plus the proximal term (mu/2)||x - x_global||^2 in local training.
+
+The client half reads ``cfg.uses_prox`` (true for method=fedprox) and adds the term
+through the training loop's extra-loss hook; the server half is FedAvg's.
+"""
+
+from fedapp.methods.base import ClientPolicy, ServerPolicy
+from fedapp.methods.registry import Method
+
+METHOD = Method("fedprox", ServerPolicy, ClientPolicy)

@@ -1,0 +1,56 @@
+"""Method registry: name -> (server policy, client policy, hyperparameter dataclass)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fedapp.config import ConfigError, RunConfig, check_known, fields_of, parse
+
+if TYPE_CHECKING:
+    from fedapp.methods.base import ClientPolicy, ServerPolicy
+
+# name -> module holding METHOD; a new method is one file plus one line here.
+MODULES: dict[str, str] = {
+    "fedavg": "fedapp.methods.fedavg",
+    "fedprox": "fedapp.methods.fedprox",
+}
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    server: type[ServerPolicy]
+    client: type[ClientPolicy]
+    params: type | None = None  # frozen dataclass of this method's own run-config keys
+
+
+def get_method(name: str) -> Method:
+    if name not in MODULES:
+        raise ConfigError(f"run-config key 'method' = {name!r} is not allowed: expected one of {', '.join(MODULES)}")
+    method: Method = importlib.import_module(MODULES[name]).METHOD
+    return method
+
+
+def all_param_classes() -> list[type]:
+    classes: list[type] = [RunConfig]
+    for name in MODULES:
+        p = get_method(name).params
+        if p is not None and p not in classes:
+            classes.append(p)
+    return classes
+
+
+def known_keys() -> set[str]:
+    return {k for cls in all_param_classes() for k in fields_of(cls)}
+
+
+def resolve(raw: Mapping[str, Any]) -> tuple[RunConfig, Method, Any]:
+    """Validate a flat run-config: base keys, the method's keys, no unknown keys."""
+    check_known(raw, known_keys())
+    cfg = parse(RunConfig, raw)
+    method = get_method(cfg.method)
+    params = parse(method.params, raw) if method.params is not None else None
+    return cfg, method, params

@@ -1,0 +1,59 @@
+"""Run folder: config.json (resolved config), metrics.jsonl (one row per round),
+the final global model (model.npz), written as the run goes so nothing done is lost."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedapp.config import RunConfig, kebab
+
+
+def resolved_config(cfg: RunConfig, params: Any) -> dict[str, Any]:
+    out = {kebab(k): v for k, v in dataclasses.asdict(cfg).items()}
+    if params is not None:
+        out.update({kebab(k): v for k, v in dataclasses.asdict(params).items()})
+    return out
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, (np.floating, np.integer)):
+        return v.item()
+    return v
+
+
+class RunWriter:
+    def __init__(self, run_dir: str | Path, config: dict[str, Any]):
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        self.metrics_path = self.dir / "metrics.jsonl"
+        self.metrics_path.write_text("")
+
+    def append(self, row: dict[str, Any]) -> None:
+        with self.metrics_path.open("a") as fh:
+            fh.write(json.dumps({k: _clean(v) for k, v in row.items()}) + "\n")
+
+    def save_model(self, arrays: dict[str, np.ndarray]) -> Path:
+        path = self.dir / "model.npz"
+        np.savez(path, **arrays)  # type: ignore[arg-type]
+        return path
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: is {run_dir} a fedapp run folder?")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_config(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir) / "config.json"
+    return json.loads(path.read_text()) if path.exists() else {}

@@ -1,0 +1,83 @@
+"""Per-client state that outlives a round (scores, masks, personal parameters, flags).
+
+Two stores with one interface, keyed by partition id:
+
+* ``ContextStore`` keeps arrays in Flower's ``Context.state`` (per run, per node;
+  shipped with every message in deployment, lost when a SuperNode restarts).
+* ``DiskStore`` writes one ``.npz`` per client under a folder (the run folder in
+  simulation, the node's ``state-dir`` in deployment), atomically, so state survives
+  restarts and memory does not grow with thousands of simulated clients.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+from flwr.app import ArrayRecord, Context
+
+from fedapp.wire import from_record, to_record
+
+
+class StateStore(Protocol):
+    def load(self, pid: int) -> dict[str, np.ndarray]: ...
+
+    def save(self, pid: int, arrays: dict[str, np.ndarray]) -> None: ...
+
+
+class MemoryStore:
+    """Plain dict store (in-process engine and tests)."""
+
+    def __init__(self) -> None:
+        self._data: dict[int, dict[str, np.ndarray]] = {}
+
+    def load(self, pid: int) -> dict[str, np.ndarray]:
+        return {k: v.copy() for k, v in self._data.get(pid, {}).items()}
+
+    def save(self, pid: int, arrays: dict[str, np.ndarray]) -> None:
+        self._data[pid] = {k: np.array(v, copy=True) for k, v in arrays.items()}
+
+
+class ContextStore:
+    """Arrays kept in ``context.state`` under one ArrayRecord per partition."""
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+
+    def load(self, pid: int) -> dict[str, np.ndarray]:
+        rec = self.context.state.array_records.get(f"fedapp-{pid}")
+        return from_record(rec) if rec is not None else {}
+
+    def save(self, pid: int, arrays: dict[str, np.ndarray]) -> None:
+        self.context.state[f"fedapp-{pid}"] = to_record(arrays) if arrays else ArrayRecord()
+
+
+class DiskStore:
+    """One compressed-free ``.npz`` per client, replaced atomically on save."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def path(self, pid: int) -> Path:
+        return self.root / f"client-{pid}.npz"
+
+    def load(self, pid: int) -> dict[str, np.ndarray]:
+        p = self.path(pid)
+        if not p.exists():
+            return {}
+        with np.load(p, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+
+    def save(self, pid: int, arrays: dict[str, np.ndarray]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.savez(fh, **arrays)  # type: ignore[arg-type]
+            os.replace(tmp, self.path(pid))
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

@@ -1,0 +1,110 @@
+"""The one local training loop: gradient mask, optional extra loss, SGD or Adam.
+
+``grad_masks[name]`` (bool tensor shaped like the parameter) says which entries may
+change. Gradients are masked (so momentum buffers see no frozen gradient) and, when
+the optimizer has state or weight decay, frozen entries are restored after each step,
+so a masked-out weight gets exactly zero update under any optimizer. Parameters with
+``requires_grad=False`` are left out of the optimizer (autograd does less work).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+ExtraLoss = Callable[[nn.Module], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    epochs: int
+    steps: int  # > 0: this many minibatch steps instead of epochs
+    batch_size: int
+    lr: float
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+
+@dataclass
+class TrainStats:
+    loss: float  # mean minibatch loss over the whole local run
+    num_examples: int
+    steps: int
+    seconds: float
+
+
+def batches(n: int, settings: TrainSettings, gen: torch.Generator) -> list[torch.Tensor]:
+    """Minibatch index lists: shuffled epochs, or exactly ``steps`` batches."""
+    out: list[torch.Tensor] = []
+    if settings.steps > 0:
+        while len(out) < settings.steps:
+            out.extend(torch.randperm(n, generator=gen).split(settings.batch_size))
+        return out[: settings.steps]
+    for _ in range(settings.epochs):
+        out.extend(torch.randperm(n, generator=gen).split(settings.batch_size))
+    return out
+
+
+def make_optimizer(params: list[nn.Parameter], s: TrainSettings) -> torch.optim.Optimizer:
+    if s.optimizer == "adam":
+        return torch.optim.Adam(params, lr=s.lr, weight_decay=s.weight_decay)
+    return torch.optim.SGD(params, lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
+
+
+def proximal_term(mu: float, anchor: dict[str, torch.Tensor], masks: dict[str, torch.Tensor] | None = None) -> ExtraLoss:
+    """(mu/2) * ||M * (x - x_start)||^2 over trainable parameters (FedProx)."""
+
+    def loss(model: nn.Module) -> torch.Tensor:
+        total = torch.zeros(())
+        for name, p in model.named_parameters():
+            if p.requires_grad and name in anchor:
+                d = p - anchor[name]
+                if masks is not None and name in masks:
+                    d = d * masks[name]
+                total = total + (d * d).sum()
+        return 0.5 * mu * total
+
+    return loss
+
+
+def local_train(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    settings: TrainSettings,
+    gen: torch.Generator,
+    grad_masks: dict[str, torch.Tensor] | None = None,
+    extra_loss: ExtraLoss | None = None,
+) -> TrainStats:
+    start = time.perf_counter()
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    masks = {n: m.to(dtype=p.dtype) for n, p in named if grad_masks and (m := grad_masks.get(n)) is not None}
+    opt = make_optimizer([p for _, p in named], settings)
+    restore = bool(masks) and (settings.optimizer != "sgd" or settings.momentum > 0 or settings.weight_decay > 0)
+    loss_fn = nn.CrossEntropyLoss()
+    model.train()
+    total, steps = 0.0, 0
+    for idx in batches(x.shape[0], settings, gen):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x[idx]), y[idx])
+        total += float(loss.detach())
+        if extra_loss is not None:
+            loss = loss + extra_loss(model)
+        loss.backward()
+        for n, p in named:
+            if n in masks and p.grad is not None:
+                p.grad.mul_(masks[n])
+        frozen = {n: p.detach().clone() for n, p in named if n in masks} if restore else {}
+        opt.step()
+        if restore:
+            with torch.no_grad():
+                for n, p in named:
+                    if n in frozen:
+                        p.copy_(torch.where(masks[n].bool(), p, frozen[n]))
+        steps += 1
+    return TrainStats(total / max(steps, 1), int(x.shape[0]), steps, time.perf_counter() - start)
