@@ -89,7 +89,7 @@ def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 
         if eval_msgs:
             strategy.aggregate_evaluate(rnd, grid.send_and_receive(eval_msgs, timeout=cfg.round_timeout))
         arrays = wire.from_record(record)
-        acc, loss = central_eval(model, arrays, x_test, y_test)
+        acc, loss = central_eval(model, policy.eval_arrays(arrays), x_test, y_test)
         row = {"round": rnd, "accuracy": acc, "loss": loss, **strategy.stats.row()}
         row.update(strategy.eval_stats)
         row.update(strategy.extra_metrics)

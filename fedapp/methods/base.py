@@ -111,6 +111,11 @@ class ServerPolicy:
     def finished(self, server_round: int) -> bool:
         return False
 
+    def eval_arrays(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The arrays the server evaluates on the global test set (FedPart swaps in a
+        reference client's BatchNorm statistics here)."""
+        return arrays
+
 
 class ClientPolicy:
     """FedAvg's client half (FedProx when the run uses the proximal term): train the
