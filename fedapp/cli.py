@@ -24,8 +24,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     from fedapp.report import report
 
     out = Path(args.out) if args.out else Path(args.runs[0]).parent / "report"
+    from rich.console import Console
+    from rich.markdown import Markdown
+
     md, png = report(args.runs, out, args.target, args.metric)
-    print(md)
+    if sys.stdout.isatty():
+        Console().print(Markdown(md))
+    else:
+        print(md)
     print(f"plot: {png}\ntable: {out / 'report.md'}")
     return 0
 

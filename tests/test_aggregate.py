@@ -1,0 +1,55 @@
+"""Masked weighted mean against hand-computed cases and against Flower's own FedAvg."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import ArrayRecord, MetricRecord, RecordDict
+from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
+
+from fedapp.aggregate import Contribution, masked_mean
+
+
+def test_hand_computed_masked_mean_with_unequal_weights_and_uncovered_entries() -> None:
+    g = {"w": np.array([10.0, 20.0, 30.0, 40.0], np.float32)}
+    a = Contribution(1.0, {"w": np.array([1.0, 2.0], np.float32)}, {"w": np.array([True, True, False, False])})
+    b = Contribution(3.0, {"w": np.array([5.0, 7.0], np.float32)}, {"w": np.array([True, False, True, False])})
+    out = masked_mean(g, [a, b])
+    # entry 0: (1*1 + 3*5)/4 = 4; entry 1: only a -> 2; entry 2: only b -> 7; entry 3: nobody -> keeps 40
+    np.testing.assert_allclose(out.arrays["w"], [4.0, 2.0, 7.0, 40.0])
+    np.testing.assert_array_equal(out.counts["w"], [2, 1, 1, 0])
+    assert out.coverage == pytest.approx(0.75)
+    assert out.arrays["w"].dtype == np.float32
+
+
+def test_server_learning_rate_moves_part_way_and_leaves_uncovered_entries() -> None:
+    g = {"w": np.array([1.0, 1.0], np.float64)}
+    c = Contribution(1.0, {"w": np.array([3.0])}, {"w": np.array([True, False])})
+    out = masked_mean(g, [c], server_lr=0.25)
+    # x_g - 0.25 * (x_g - x_avg) = 1 - 0.25 * (1 - 3) = 1.5; uncovered: unchanged
+    np.testing.assert_allclose(out.arrays["w"], [1.5, 1.0])
+
+
+def test_missing_tensor_counts_as_no_contribution_and_ints_are_kept() -> None:
+    g = {"w": np.zeros(2, np.float32), "b": np.ones(1, np.float32), "n": np.array(7, np.int64)}
+    c1 = Contribution(2.0, {"w": np.array([2.0, 4.0], np.float32), "b": np.array([3.0], np.float32), "n": np.array(99)})
+    c2 = Contribution(2.0, {"w": np.array([4.0, 8.0], np.float32)})  # sent no "b"
+    out = masked_mean(g, [c1, c2])
+    np.testing.assert_allclose(out.arrays["w"], [3.0, 6.0])
+    np.testing.assert_allclose(out.arrays["b"], [3.0])
+    assert int(out.arrays["n"]) == 7  # num_batches_tracked-like counters are never averaged
+
+
+def test_all_ones_masks_equal_flower_fedavg_aggregation() -> None:
+    rng = np.random.default_rng(0)
+    shapes = {"a": (3, 4), "b": (5,), "c": (2, 3, 3, 3)}
+    global_arrays = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    replies, contribs = [], []
+    for n in (10, 30, 7):
+        arrays = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+        replies.append(RecordDict({"arrays": ArrayRecord([arrays[k] for k in shapes]), "metrics": MetricRecord({"num-examples": n})}))
+        contribs.append(Contribution(float(n), arrays))
+    flower = aggregate_arrayrecords(replies, "num-examples").to_numpy_ndarrays()
+    ours = masked_mean(global_arrays, contribs).arrays
+    for i, k in enumerate(shapes):
+        np.testing.assert_allclose(ours[k], flower[i], rtol=1e-5, atol=1e-6)
