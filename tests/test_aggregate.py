@@ -31,7 +31,7 @@ def test_server_learning_rate_moves_part_way_and_leaves_uncovered_entries() -> N
 
 
 def test_missing_tensor_counts_as_no_contribution_and_ints_are_kept() -> None:
-    g = {"w": np.zeros(2, np.float32), "b": np.ones(1, np.float32), "n": np.array(7, np.int64)}
+    g: dict[str, np.ndarray] = {"w": np.zeros(2, np.float32), "b": np.ones(1, np.float32), "n": np.array(7, np.int64)}
     c1 = Contribution(2.0, {"w": np.array([2.0, 4.0], np.float32), "b": np.array([3.0], np.float32), "n": np.array(99)})
     c2 = Contribution(2.0, {"w": np.array([4.0, 8.0], np.float32)})  # sent no "b"
     out = masked_mean(g, [c1, c2])
