@@ -81,15 +81,15 @@ def dataset_for(cfg: RunConfig) -> Dataset:
 
 @lru_cache(maxsize=8)
 def _partitions(
-    name: str, data_seed: int, data_root: str, kind: str, n: int, alpha: float, k: int, min_size: int
+    name: str, data_seed: int, data_root: str, normalize: str, kind: str, n: int, alpha: float, k: int, min_size: int
 ) -> tuple[np.ndarray, ...]:
-    ds = load_dataset(name, data_seed, data_root)
+    ds = _prepared(name, data_seed, data_root, normalize)  # the run's own Dataset: never a second read
     return tuple(partition_indices(kind, ds.y_train, n, data_seed, alpha, k, min_size, groups=ds.groups))
 
 
 def client_indices(cfg: RunConfig) -> tuple[np.ndarray, ...]:
     return _partitions(
-        cfg.dataset, cfg.data_seed, cfg.data_root, cfg.partition, cfg.num_clients,
+        cfg.dataset, cfg.data_seed, cfg.data_root, cfg.normalize, cfg.partition, cfg.num_clients,
         cfg.dirichlet_alpha, cfg.classes_per_client, cfg.min_partition_size,
     )  # fmt: skip
 
