@@ -93,3 +93,17 @@ def test_normalization_of_black_is_minus_mean_over_std() -> None:
     n = Normalization("imagenet", (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
     black = n(np.zeros((1, 3, 2, 2), np.uint8))[0, :, 0, 0]
     np.testing.assert_allclose(n.of_black().numpy(), black, rtol=1e-6)
+
+
+def test_config_choices_match_the_implemented_ones() -> None:
+    import dataclasses
+
+    from fedapp.config import RunConfig
+    from fedapp.data.augment import AUGMENTS
+    from fedapp.data.preprocess import NORMALIZES
+
+    fields = {f.name: f.metadata["check"] for f in dataclasses.fields(RunConfig)}
+    assert all(fields["normalize"](n) is None for n in NORMALIZES) and fields["normalize"]("bogus") is not None
+    assert all(fields["augment"](a) is None for a in AUGMENTS) and fields["augment"]("bogus") is not None
+    assert str(fields["normalize"]("bogus")).count(",") + 1 == len(NORMALIZES)
+    assert str(fields["augment"]("bogus")).count(",") + 1 == len(AUGMENTS)

@@ -88,6 +88,11 @@ def test_cifar_pickles_through_torchvision(root: tuple[Path, dict]) -> None:
     np.testing.assert_array_equal(c100.x_test, files["cifar100"]["x_test"])
     np.testing.assert_array_equal(c100.y_train, files["cifar100"]["y_train"])
     assert c100.num_classes == 100
+    # FedPart (Fling) CIFAR-100 defaults: its normalisation constants and flip/rotate/crop augmentation
+    job = client_data(cfg(r, dataset="cifar100", partition="iid", num_clients=1), 0)
+    assert job.augment is not None and dataset_for(cfg(r, dataset="cifar100")).norm.mean == (0.507, 0.487, 0.441)  # type: ignore[union-attr]
+    assert client_data(cfg(r, dataset="cifar10", partition="iid", num_clients=1), 0).augment is None
+    assert client_data(cfg(r, dataset="cifar10", partition="iid", num_clients=1, augment="crop-flip"), 0).augment is not None
 
 
 def test_cifar10_normalisation_matches_torchvision_pipeline(root: tuple[Path, dict]) -> None:
