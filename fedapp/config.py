@@ -81,9 +81,17 @@ class RunConfig:
 
     method: str = key("fedavg", doc="fedavg, fedprox, or a method added by a later module")
     base: str = key("fedavg", one_of("fedavg", "fedprox"), "base optimizer a warmup/partial method falls back on")
-    dataset: str = key("digits", doc="synthetic-32k, synthetic-3.2k, digits, ...")
+    dataset: str = key(
+        "digits", doc="synthetic-32k, synthetic-3.2k, digits, mnist, emnist, cifar10, cifar100, MedMNIST names, cifar-mnist, ..."
+    )
     data_seed: int = key(0, non_negative, "seed of data generation and partitioning")
-    data_root: str = key("", doc="folder with downloaded datasets (real-data loaders)")
+    data_root: str = key("", doc="folder with downloaded datasets (real-data loaders); `fedapp data fetch` fills it")
+    normalize: str = key(
+        "auto", one_of("auto", "none", "half", "imagenet", "cifar100", "train-stats"), "image normalisation; auto: the dataset's default"
+    )
+    augment: str = key(
+        "auto", one_of("auto", "none", "crop-flip", "flip-rotate-crop"), "training augmentation; auto: the dataset's default"
+    )
     partition: str = key("dirichlet", partition_check)
     dirichlet_alpha: float = key(0.5, positive)
     classes_per_client: int = key(2, positive)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +61,15 @@ def discover(grid: Grid, num_clients: int, timeout: float) -> tuple[dict[int, in
         time.sleep(0.5)
 
 
-def central_eval(model: torch.nn.Module, arrays: dict[str, np.ndarray], x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+def central_eval(
+    model: torch.nn.Module,
+    arrays: dict[str, np.ndarray],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    prepare: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> tuple[float, float]:
     model.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in arrays.items()})
-    return evaluate(model, x, y)
+    return evaluate(model, x, y, prepare=prepare)
 
 
 def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 120.0) -> Path:
@@ -89,7 +95,7 @@ def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 
         if eval_msgs:
             strategy.aggregate_evaluate(rnd, grid.send_and_receive(eval_msgs, timeout=cfg.round_timeout))
         arrays = wire.from_record(record)
-        acc, loss = central_eval(model, policy.eval_arrays(arrays), x_test, y_test)
+        acc, loss = central_eval(model, policy.eval_arrays(arrays), x_test, y_test, ds.norm.tensor if ds.norm else None)
         row = {"round": rnd, "accuracy": acc, "loss": loss, **strategy.stats.row()}
         row.update(strategy.eval_stats)
         row.update(strategy.extra_metrics)

@@ -5,6 +5,8 @@ change. Gradients are masked (so momentum buffers see no frozen gradient) and, w
 the optimizer has state or weight decay, frozen entries are restored after each step,
 so a masked-out weight gets exactly zero update under any optimizer. Parameters with
 ``requires_grad=False`` are left out of the optimizer (autograd does less work).
+``augment`` (the dataset's training augmentation) transforms each minibatch, drawing
+its randomness from the same seeded generator as the shuffling.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 from torch import nn
 
 ExtraLoss = Callable[[nn.Module], torch.Tensor]
+Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]  # minibatch -> augmented minibatch
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ def local_train(
     gen: torch.Generator,
     grad_masks: dict[str, torch.Tensor] | None = None,
     extra_loss: ExtraLoss | None = None,
+    augment: Augment | None = None,
 ) -> TrainStats:
     start = time.perf_counter()
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -91,7 +95,8 @@ def local_train(
     total, steps = 0.0, 0
     for idx in batches(x.shape[0], settings, gen):
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x[idx]), y[idx])
+        xb = x[idx] if augment is None else augment(x[idx], gen)
+        loss = loss_fn(model(xb), y[idx])
         total += float(loss.detach())
         if extra_loss is not None:
             loss = loss + extra_loss(model)

@@ -4,47 +4,31 @@ Everything here is deterministic in (dataset, data-seed, partition keys), so the
 server and every client process compute the same split without talking. Loaded
 arrays are cached per process, not per message: a Ray actor or the in-process
 engine simulating many clients holds one copy of the data plus index arrays.
+Image sets stay uint8; a client's slice is normalised to float32 when its job is
+built (the copy is that client's share only).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
 from fedapp.config import ConfigError, RunConfig
+from fedapp.data import catalog, medmnist
+from fedapp.data.dataset import ClientData, Dataset, Normalization
 from fedapp.data.digits import digits
 from fedapp.data.partition import local_split, partition_indices
+from fedapp.data.preprocess import augmentation, normalization
 from fedapp.data.synthetic import synthetic
 
+__all__ = ["LOADERS", "ClientData", "Dataset", "Normalization", "client_data", "dataset_for", "load_dataset", "register_dataset"]
 
-@dataclass(frozen=True)
-class Dataset:
-    name: str
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-    num_classes: int
-
-    @property
-    def in_shape(self) -> tuple[int, ...]:
-        return tuple(self.x_train.shape[1:])
-
-
-@dataclass(frozen=True)
-class ClientData:
-    """One client's local train split and local test split (may be empty)."""
-
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-
-
-Loader = Callable[[int, str], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+# (data-seed, data-root) -> float features as (x_train, y_train, x_test, y_test), or a Dataset (image sets: uint8 pixels)
+Loader = Callable[[int, str], Arrays | Dataset]
 
 LOADERS: dict[str, Loader] = {
     "synthetic-32k": lambda seed, root: synthetic(2000, seed),
@@ -54,34 +38,58 @@ LOADERS: dict[str, Loader] = {
 
 
 def register_dataset(name: str, loader: Loader) -> None:
-    """Add a dataset loader (used by the real-data module)."""
+    """Add a dataset loader (the real-data catalog registers its names this way)."""
     LOADERS[name] = loader
+
+
+def _catalog_loader(name: str) -> Loader:
+    return lambda seed, root: catalog.load(name, seed, root)
+
+
+for _name in catalog.dataset_names():
+    register_dataset(_name, _catalog_loader(_name))
 
 
 @lru_cache(maxsize=4)
 def load_dataset(name: str, data_seed: int, data_root: str = "") -> Dataset:
+    """The stored arrays, read once per process (every client this process simulates shares them)."""
     if name not in LOADERS:
-        raise ConfigError(f"run-config key 'dataset' = {name!r} is not allowed: expected one of {', '.join(sorted(LOADERS))}")
-    x_tr, y_tr, x_te, y_te = LOADERS[name](data_seed, data_root)
+        med = set(medmnist.names())
+        listed = ", ".join(n for n in LOADERS if n not in med)
+        raise ConfigError(
+            f"run-config key 'dataset' = {name!r} is not allowed: expected one of {listed}, "
+            f"or a MedMNIST 2D set ({', '.join(medmnist.info())}; append -64, -128 or -224 for the larger images)"
+        )
+    out = LOADERS[name](data_seed, data_root)
+    if isinstance(out, Dataset):
+        return out
+    x_tr, y_tr, x_te, y_te = out
     num_classes = int(max(y_tr.max(), y_te.max())) + 1
     return Dataset(name, x_tr, y_tr, x_te, y_te, num_classes)
 
 
+@lru_cache(maxsize=4)
+def _prepared(name: str, data_seed: int, data_root: str, normalize: str) -> Dataset:
+    ds = load_dataset(name, data_seed, data_root)
+    return dataclasses.replace(ds, norm=normalization(normalize, ds))  # shares the arrays
+
+
 def dataset_for(cfg: RunConfig) -> Dataset:
-    return load_dataset(cfg.dataset, cfg.data_seed, cfg.data_root)
+    """The run's dataset with its normalisation chosen (``Dataset.features`` applies it)."""
+    return _prepared(cfg.dataset, cfg.data_seed, cfg.data_root, cfg.normalize)
 
 
 @lru_cache(maxsize=8)
 def _partitions(
-    name: str, data_seed: int, data_root: str, kind: str, n: int, alpha: float, k: int, min_size: int
+    name: str, data_seed: int, data_root: str, normalize: str, kind: str, n: int, alpha: float, k: int, min_size: int
 ) -> tuple[np.ndarray, ...]:
-    ds = load_dataset(name, data_seed, data_root)
-    return tuple(partition_indices(kind, ds.y_train, n, data_seed, alpha, k, min_size))
+    ds = _prepared(name, data_seed, data_root, normalize)  # the run's own Dataset: never a second read
+    return tuple(partition_indices(kind, ds.y_train, n, data_seed, alpha, k, min_size, groups=ds.groups))
 
 
 def client_indices(cfg: RunConfig) -> tuple[np.ndarray, ...]:
     return _partitions(
-        cfg.dataset, cfg.data_seed, cfg.data_root, cfg.partition, cfg.num_clients,
+        cfg.dataset, cfg.data_seed, cfg.data_root, cfg.normalize, cfg.partition, cfg.num_clients,
         cfg.dirichlet_alpha, cfg.classes_per_client, cfg.min_partition_size,
     )  # fmt: skip
 
@@ -91,4 +99,5 @@ def client_data(cfg: RunConfig, pid: int) -> ClientData:
         raise ConfigError(f"partition-id {pid} is outside 0..{cfg.num_clients - 1} (run-config key 'num-clients' = {cfg.num_clients})")
     ds = dataset_for(cfg)
     train, test = local_split(client_indices(cfg)[pid], cfg.local_test_fraction, cfg.data_seed * 100_003 + pid)
-    return ClientData(ds.x_train[train], ds.y_train[train], ds.x_train[test], ds.y_train[test])
+    aug = augmentation(cfg.augment, ds, ds.norm)
+    return ClientData(ds.features(ds.x_train[train]), ds.y_train[train], ds.features(ds.x_train[test]), ds.y_train[test], aug)

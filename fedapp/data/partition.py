@@ -3,7 +3,8 @@
 iid, dirichlet and pathological use Flower Datasets' partitioners on an in-memory
 label column (offline). Explicit class groups ("0,1|2,3") are ours: Flower Datasets
 has no partitioner that takes a fixed class list per client. A class named in several
-groups is split evenly between those clients.
+groups is split evenly between those clients. "source" gives client i the samples of
+source i of a mixed-source dataset (the dataset's per-sample ``groups``).
 """
 
 from __future__ import annotations
@@ -56,10 +57,14 @@ def partition_indices(
     alpha: float = 0.5,
     classes_per_client: int = 2,
     min_partition_size: int = 10,
+    groups: np.ndarray | None = None,
 ) -> list[np.ndarray]:
-    """Indices into ``labels`` for each client (disjoint)."""
+    """Indices into ``labels`` for each client (disjoint). ``groups`` (per-sample source ids)
+    is what partition = "source" splits by."""
     from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner, PathologicalPartitioner
 
+    if kind == "source":
+        return by_source(groups, num_clients)
     if num_clients > labels.size:
         raise ConfigError(f"run-config key 'num-clients' = {num_clients} exceeds the {labels.size} training samples")
     if kind == "iid":
@@ -83,6 +88,20 @@ def partition_indices(
     if "|" in kind:
         return explicit_groups(kind, labels, num_clients, seed)
     raise ConfigError(f"run-config key 'partition' = {kind!r} is not supported for this dataset")
+
+
+def by_source(groups: np.ndarray | None, num_clients: int) -> list[np.ndarray]:
+    """Client i gets every sample of source i (mixed-source datasets such as cifar-mnist)."""
+    if groups is None:
+        raise ConfigError(
+            "run-config key 'partition' = 'source' needs a mixed-source dataset (cifar-mnist, path-oct-tissue); this one has one source"
+        )
+    sources = int(groups.max()) + 1
+    if num_clients != sources:
+        raise ConfigError(
+            f"run-config key 'num-clients' = {num_clients}: partition = 'source' gives each of the {sources} sources one client"
+        )
+    return [np.flatnonzero(groups == g) for g in range(sources)]
 
 
 def local_split(indices: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -133,7 +133,7 @@ class ClientPolicy:
     def fit(self, job: ClientJob, grad_masks: dict[str, torch.Tensor] | None = None) -> TrainStats:
         x, y = job.tensors()
         extra = self.extra_loss(job.model, grad_masks)
-        return local_train(job.model, x, y, settings_of(self.cfg), job.gen, grad_masks, extra)
+        return local_train(job.model, x, y, settings_of(self.cfg), job.gen, grad_masks, extra, augment=job.data.augment)
 
     def train(self, job: ClientJob) -> ClientResult:
         stats = self.fit(job)
