@@ -73,7 +73,7 @@ def handle_train(msg: Message, context: Context) -> Message:
     state = {k: v.detach().cpu().numpy() for k, v in job.model.state_dict().items()}
     upload = {k: v for k, v in state.items() if is_averaged(v) and (result.upload is None or k in result.upload)}
     values, mask = wire.encode(upload, result.masks)
-    metrics = {**result.metrics, "partition-id": job.pid, **phase_metrics("train", window, meter, job.pid)}
+    metrics = {**result.metrics, "partition-id": job.pid, **phase_metrics("train", window, meter, job.pid, context.state)}
     content = RecordDict({"values": values, "mask": mask, "metrics": MetricRecord({k: float(v) for k, v in metrics.items()})})
     for name, record in result.records.items():
         content[name] = wire.to_record(record)
@@ -85,7 +85,7 @@ def handle_evaluate(msg: Message, context: Context) -> Message:
     meter = client_meter(job.cfg)
     with phase(meter) as window:
         metrics = policy.evaluate(job)
-    metrics = {**metrics, "partition-id": job.pid, **phase_metrics("eval", window, meter, job.pid)}
+    metrics = {**metrics, "partition-id": job.pid, **phase_metrics("eval", window, meter, job.pid, context.state)}
     return Message(RecordDict({"metrics": MetricRecord({k: float(v) for k, v in metrics.items()})}), reply_to=msg)
 
 

@@ -137,3 +137,30 @@ def test_report_energy_columns_and_savings(tmp_path: Path) -> None:
     assert sav.rstrip().endswith(f"| {acc_lost:.2f} |")
     assert main(["report", str(long), str(short), "--out", str(tmp_path / "rep"), "--baseline", "long"]) == 0
     assert (tmp_path / "rep" / "accuracy.png").stat().st_size > 0
+
+
+def test_meter_mark_survives_context_state_round_trip() -> None:
+    from flwr.app import RecordDict
+
+    from fedapp.energy.phases import load_mark, save_mark
+    from fedapp.energy.sampler import Mark
+
+    state = RecordDict()
+    assert load_mark(state) is None
+    mark = Mark(2**52 + 3, 1234.5, 88.25, 17.0, 2**40 + 1, [[5.5], [1.0, 2.0, 3.0]])
+    save_mark(state, mark)
+    assert load_mark(state) == mark
+
+
+@pytest.mark.parametrize("name", ["fedspu-es", "fedspu-noes"])
+def test_fedspu_energy_run_configs(name: str) -> None:
+    from fedapp.config import RunConfig, load_toml_config, parse
+    from fedapp.engine.run_local import full_config
+    from fedapp.methods.registry import MODULES, resolve
+
+    raw = load_toml_config(Path(__file__).resolve().parents[1] / "configs" / "energy" / f"{name}.toml")
+    cfg = parse(RunConfig, raw)  # every base key is valid
+    assert (cfg.method, raw["early-stopping"], cfg.energy_meter) == ("fedspu", name == "fedspu-es", "auto")
+    assert round(cfg.fraction_train * cfg.num_clients) == 5 and cfg.local_test_fraction == 0.3  # spec §7.1: K = 5 of 20
+    if "fedspu" in MODULES:  # once FedSPU is merged the whole file must resolve, its own keys included
+        resolve(full_config(raw))

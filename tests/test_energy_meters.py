@@ -162,10 +162,59 @@ def test_sampler_integrates_a_rail_trace_by_trapezoids(tmp_path: Path) -> None:
     assert expected == pytest.approx(0.5 * (5 + 10) * 1 + 10 * 1.5 + 0.5 * (10 + 2.5) * 1.5 + 0.5 * (2.5 + 15) * 0.5)
     assert sampler.sample() == pytest.approx(expected)  # a read at the same instant adds nothing
     now[0] = 5.5
-    assert sampler.span(pid=3) == (pytest.approx(expected + 15.0), 5.5, pytest.approx(expected + 15.0), 5.5)
+    rep, _ = sampler.report(pid=3)
+    assert (rep.span_j, rep.span_s, rep.total_j, rep.total_s, rep.meter) == (
+        pytest.approx(expected + 15.0),
+        5.5,
+        rep.span_j,
+        5.5,
+        sampler.id,
+    )
     now[0] = 6.5
-    assert sampler.span(pid=3) == (pytest.approx(15.0), 1.0, pytest.approx(expected + 30.0), 6.5)
-    assert sampler.span(pid=4) == (pytest.approx(expected + 30.0), 6.5, pytest.approx(expected + 30.0), 6.5)
+    rep, _ = sampler.report(pid=3)
+    assert (rep.span_j, rep.span_s, rep.total_j) == (pytest.approx(15.0), 1.0, pytest.approx(expected + 30.0))
+    assert sampler.report(pid=4)[0].span_j == pytest.approx(expected + 30.0)  # a node's first reply: since the meter started
+
+
+def test_node_meter_continues_across_processes_with_power_rails(tmp_path: Path) -> None:
+    """Flower deployment runs each message in a new process: the node's Mark bridges the gap."""
+    hw = orin_hwmon(tmp_path, vdd_in=(5000, 1000))  # 5 W
+    now = [10.0]
+    first = Sampler([JetsonRails(tmp_path)], 0.1, clock=lambda: now[0], thread=False)
+    now[0] = 12.0
+    rep1, mark = first.report(pid=0)
+    assert rep1.total_j == pytest.approx(10.0)
+    first.close()
+    write(hw / "curr1_input", 3000)  # 15 W when the next process starts
+    now[0] = 16.0
+    second = Sampler([JetsonRails(tmp_path)], 0.1, clock=lambda: now[0], thread=False)
+    now[0] = 17.0
+    rep2, mark2 = second.report(pid=0, prev=mark)
+    gap = 0.5 * (5 + 15) * 4.0  # linear between the two processes' readings
+    assert rep2.meter == first.id and rep2.span_s == pytest.approx(5.0)
+    assert rep2.span_j == pytest.approx(gap + 15.0) and rep2.total_j == pytest.approx(10.0 + gap + 15.0)
+    now[0] = 1.0  # a reboot: the monotonic clock restarted, the old mark cannot be bridged
+    third = Sampler([JetsonRails(tmp_path)], 0.1, clock=lambda: now[0], thread=False)
+    rep3, _ = third.report(pid=0, prev=mark2)
+    assert rep3.meter == third.id and rep3.total_j == 0.0
+
+
+def test_node_meter_continues_across_processes_with_rapl_wrap(tmp_path: Path) -> None:
+    base = rapl_tree(tmp_path, package_uj=RAPL_MAX - 3_000_000, dram_uj=1_000_000)
+    now = [0.0]
+    first = Sampler([Rapl(tmp_path)], 0.1, clock=lambda: now[0], thread=False)
+    write(base / "intel-rapl:0/energy_uj", RAPL_MAX - 2_000_000)
+    now[0] = 1.0
+    rep1, mark = first.report(pid=5)
+    assert rep1.total_j == pytest.approx(1.0)
+    write(base / "intel-rapl:0/energy_uj", 4_000_000)  # wrapped while no process ran: 2 J + 4 J
+    write(base / "intel-rapl:0:2/energy_uj", 1_500_000)  # +0.5 J
+    now[0] = 30.0
+    second = Sampler([Rapl(tmp_path)], 0.1, clock=lambda: now[0], thread=False)
+    write(base / "intel-rapl:0/energy_uj", 5_000_000)
+    now[0] = 31.0
+    rep2, _ = second.report(pid=5, prev=mark)
+    assert rep2.span_j == pytest.approx(6.5 + 1.0) and rep2.total_j == pytest.approx(8.5) and rep2.meter == first.id
 
 
 def test_sampler_with_an_energy_counter_windows_exactly(tmp_path: Path) -> None:

@@ -36,6 +36,21 @@ class Sensor:
         """The rails/domains/devices this sensor sums (matched against ``energy-rails``)."""
         return []
 
+    def mark(self, last: float) -> list[float]:
+        """What a later process needs to measure the energy from this reading to one of its own
+        (deployment runs each ClientApp message in a new process); ``last`` is the last ``read()``."""
+        return [last]
+
+    def since(self, prev: list[float], nxt: list[float], dt: float) -> float | None:
+        """Joules between two marks ``dt`` seconds apart; None when they cannot be compared.
+        Power: linear between the two readings (the gap itself was not sampled); counters: exact."""
+        if len(prev) != len(nxt):
+            return None
+        if self.kind == "power":
+            return 0.5 * (prev[0] + nxt[0]) * dt
+        d = nxt[0] - prev[0]
+        return d if d >= 0 else None
+
     def accepts(self, entry: str) -> bool:
         """Whether an ``energy-rails`` entry names one of the rails this sensor sums."""
         return entry.upper() in {r.upper() for r in self.rails}

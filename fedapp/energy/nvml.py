@@ -31,7 +31,8 @@ def load_nvml() -> Any:
 class Nvml(Sensor):
     name = "nvml"
 
-    def __init__(self, rails: list[str] | None = None):
+    def __init__(self, rails: list[str] | None = None, mode: str = "auto"):
+        """``mode``: "auto" (energy counter where every chosen GPU has one), "energy" or "power"."""
         self.nv = load_nvml()
         count = int(self.nv.nvmlDeviceGetCount())
         if count == 0:
@@ -39,12 +40,15 @@ class Nvml(Sensor):
         self.available = [str(i) for i in range(count)]
         self._ids = [int(r) for r in (rails or []) if r in self.available] or list(range(count))
         self._handles = [self.nv.nvmlDeviceGetHandleByIndex(i) for i in self._ids]
-        try:
-            for h in self._handles:
-                self.nv.nvmlDeviceGetTotalEnergyConsumption(h)
-            self.kind = "energy"
-        except self.nv.NVMLError:
-            self.kind = "power"
+        self.kind = "power"
+        if mode != "power":
+            try:
+                for h in self._handles:
+                    self.nv.nvmlDeviceGetTotalEnergyConsumption(h)
+                self.kind = "energy"
+            except self.nv.NVMLError:
+                if mode == "energy":
+                    raise MeterUnavailable("this GPU has no NVML total-energy counter (Volta or newer needed)") from None
 
     @property
     def rails(self) -> list[str]:

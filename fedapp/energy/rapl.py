@@ -86,6 +86,14 @@ class Rapl(Sensor):
     def rails(self) -> list[str]:
         return [z.label for z in self._zones]
 
+    def mark(self, last: float) -> list[float]:
+        return [z.last_uj if z.last_uj is not None else -1.0 for z in self._zones]
+
+    def since(self, prev: list[float], nxt: list[float], dt: float) -> float | None:
+        if len(prev) != len(self._zones) or len(nxt) != len(prev) or min(prev + nxt) < 0:
+            return None
+        return sum((n - p if n >= p else n - p + z.max_uj) for p, n, z in zip(prev, nxt, self._zones, strict=True)) / 1e6
+
     def accepts(self, entry: str) -> bool:
         return any(matches(z, [entry]) for z in self._zones)
 
