@@ -67,9 +67,10 @@ def float_list(v: Any) -> str | None:
 
 
 def energy_meter_check(v: Any) -> str | None:
-    if v in ("auto", "none", "external") or all(p in ("jetson", "rapl", "nvml") for p in str(v).split("+")):
+    parts = str(v).split("+")
+    if v in ("auto", "none", "external") or (all(p in ("jetson", "rapl", "nvml") for p in parts) and len(set(parts)) == len(parts)):
         return None
-    return "auto, none, external, jetson, rapl, nvml, or back ends joined by '+' such as 'rapl+nvml'"
+    return "auto, none, external, jetson, rapl, nvml, or distinct back ends joined by '+' such as 'rapl+nvml'"
 
 
 PARTITION_RE = re.compile(r"^\s*\d+(\s*,\s*\d+)*(\s*\|\s*\d+(\s*,\s*\d+)*)+\s*$")

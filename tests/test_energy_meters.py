@@ -289,3 +289,12 @@ def test_unknown_rail_names_key_and_available(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         open_sensors(nothing_here(tmp_path, "jetson", rails="VDD_GPU"))
     assert "'energy-rails'" in str(err.value) and "VDD_GPU" in str(err.value) and "VDD_SOC" in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["wattmeter", "rapl+rapl", "rapl+external", "", "RAPL"])
+def test_energy_meter_value_checked(value: str) -> None:
+    from fedapp.config import RunConfig, parse
+
+    with pytest.raises(ConfigError, match="'energy-meter'"):
+        parse(RunConfig, {"energy-meter": value})
+    assert parse(RunConfig, {"energy-meter": "nvml+rapl"}).energy_meter == "nvml+rapl"
