@@ -11,8 +11,10 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from fedapp import wire
 from fedapp.aggregate import is_averaged
-from fedapp.config import RunConfig
+from fedapp.config import ConfigError, RunConfig
 from fedapp.data import client_data, dataset_for
+from fedapp.energy.auto import MeterSettings, process_sampler
+from fedapp.energy.phases import client_meter, phase, phase_metrics
 from fedapp.methods.base import ClientJob, ClientPolicy
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
@@ -65,11 +67,13 @@ def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
 
 def handle_train(msg: Message, context: Context) -> Message:
     job, policy = make_job(msg, context)
-    result = policy.train(job)
+    meter = client_meter(job.cfg)
+    with phase(meter) as window:
+        result = policy.train(job)
     state = {k: v.detach().cpu().numpy() for k, v in job.model.state_dict().items()}
     upload = {k: v for k, v in state.items() if is_averaged(v) and (result.upload is None or k in result.upload)}
     values, mask = wire.encode(upload, result.masks)
-    metrics = {**result.metrics, "partition-id": job.pid}
+    metrics = {**result.metrics, "partition-id": job.pid, **phase_metrics("train", window, meter, job.pid, context.state)}
     content = RecordDict({"values": values, "mask": mask, "metrics": MetricRecord({k: float(v) for k, v in metrics.items()})})
     for name, record in result.records.items():
         content[name] = wire.to_record(record)
@@ -78,15 +82,23 @@ def handle_train(msg: Message, context: Context) -> Message:
 
 def handle_evaluate(msg: Message, context: Context) -> Message:
     job, policy = make_job(msg, context)
-    metrics = {**policy.evaluate(job), "partition-id": job.pid}
+    meter = client_meter(job.cfg)
+    with phase(meter) as window:
+        metrics = policy.evaluate(job)
+    metrics = {**metrics, "partition-id": job.pid, **phase_metrics("eval", window, meter, job.pid, context.state)}
     return Message(RecordDict({"metrics": MetricRecord({k: float(v) for k, v in metrics.items()})}), reply_to=msg)
 
 
 def handle_query(msg: Message, context: Context) -> Message:
-    """Tell the server who this node is: its partition and device facts."""
+    """Tell the server who this node is: its partition, device facts and energy meter
+    (opened here, so a meter named but absent stops the run at discovery)."""
     nc = context.node_config
     info: dict[str, int | float | str] = {"partition-id": int(nc["partition-id"])}  # type: ignore[arg-type]
     for k in NODE_FACTS:
         if k in nc:
             info[k] = nc[k]  # type: ignore[assignment]
+    try:
+        info["energy-meter"] = process_sampler(MeterSettings.of(resolve(context.run_config)[0]))[1]
+    except ConfigError as err:
+        info["energy-error"] = str(err)
     return Message(RecordDict({"info": ConfigRecord(info)}), reply_to=msg)  # type: ignore[arg-type]

@@ -66,6 +66,13 @@ def float_list(v: Any) -> str | None:
     return None if vals and all(0 < x <= 1 for x in vals) else "comma-separated numbers in (0, 1]"
 
 
+def energy_meter_check(v: Any) -> str | None:
+    parts = str(v).split("+")
+    if v in ("auto", "none", "external") or (all(p in ("jetson", "rapl", "nvml") for p in parts) and len(set(parts)) == len(parts)):
+        return None
+    return "auto, none, external, jetson, rapl, nvml, or distinct back ends joined by '+' such as 'rapl+nvml'"
+
+
 PARTITION_RE = re.compile(r"^\s*\d+(\s*,\s*\d+)*(\s*\|\s*\d+(\s*,\s*\d+)*)+\s*$")
 
 
@@ -118,7 +125,12 @@ class RunConfig:
     num_threads: int = key(1, positive, "torch/BLAS threads per client process")
     seed: int = key(0, non_negative)
     run_dir: str = key("runs/default")
-    target_accuracy: float = key(0.99, unit_interval, "accuracy the report counts rounds to")
+    target_accuracy: float = key(0.99, unit_interval, "accuracy the report counts rounds (and joules) to")
+    energy_meter: str = key("auto", energy_meter_check, "power/energy meter each client samples (docs/energy.md)")
+    energy_interval: float = key(0.1, positive, "seconds between background meter readings")
+    energy_rails: str = key("", doc="Jetson rails / RAPL domains / NVML GPU indices to sum, comma-separated; empty: the meter's default")
+    energy_sysfs_root: str = key("/sys", doc="sysfs root the jetson and rapl meters read (e.g. a host /sys mounted into a container)")
+    energy_tegrastats: str = key("tegrastats", doc="tegrastats command (--interval is appended) or a tegrastats --logfile to follow")
 
     @property
     def hidden_widths(self) -> tuple[int, ...]:

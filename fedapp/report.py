@@ -4,6 +4,12 @@ Runs whose resolved configs differ only in ``seed`` (and ``run-dir``) form one g
 the table gives mean ± std over the group's seeds. Rounds-to-target follows the
 FedPeWS convention (spec D19): mean ± std over the seeds that reach the target,
 "NA (r)" when exactly one seed does, "×" when none does.
+
+Runs with joules (an on-device meter's ``round_j``, or ``external_j`` joined from a
+wall-plug CSV into metrics-energy.jsonl) add total energy and energy-to-target
+columns and an accuracy-vs-cumulative-joules plot; ``baseline`` adds a table of
+energy, time and client-rounds saved and accuracy lost against one group (the
+FedSPU paper's early-stopping comparison).
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from fedapp.results import read_config, read_metrics
+
+ENERGY_KEYS = ("round_j", "external_j")  # on-device meters first, then a joined wall-plug log
 
 IGNORED_IN_GROUPING = {"seed", "run-dir"}
 
@@ -38,6 +46,30 @@ class Run:
             out.append(total)
         return out
 
+    @property
+    def energy_key(self) -> str | None:
+        return next((k for k in ENERGY_KEYS if any(r.get(k) is not None for r in self.rows)), None)
+
+    def cumulative_joules(self) -> list[float] | None:
+        k = self.energy_key
+        if k is None:
+            return None
+        total, out = 0.0, []
+        for r in self.rows:
+            total += float(r.get(k) or 0.0)
+            out.append(total)
+        return out
+
+    def joules_to(self, target: float, key: str = "accuracy") -> float | None:
+        cum = self.cumulative_joules()
+        for r, j in zip(self.rows, cum or [], strict=False):
+            if r.get(key) is not None and float(r[key]) >= target:
+                return j
+        return None
+
+    def total(self, key: str) -> float:
+        return sum(self.series(key))
+
     def rounds_to(self, target: float, key: str = "accuracy") -> int | None:
         for r in self.rows:
             if r.get(key) is not None and float(r[key]) >= target:
@@ -46,7 +78,7 @@ class Run:
 
 
 def load_runs(paths: list[str | Path]) -> list[Run]:
-    return [Run(Path(p), read_config(p), read_metrics(p)) for p in paths]
+    return [Run(Path(p), read_config(p), read_metrics(p, energy=True)) for p in paths]
 
 
 def group_runs(runs: list[Run]) -> dict[str, list[Run]]:
@@ -82,11 +114,10 @@ def rounds_cell(rounds: list[int | None]) -> str:
 
 
 def table(runs: list[Run], target: float, key: str = "accuracy") -> str:
-    """Markdown table, one row per group of seeds."""
-    lines = [
-        f"| run | method | seeds | final {key} % | best {key} % | rounds to {target:.0%} | total MB up | total MB down |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    """Markdown table, one row per group of seeds (energy columns when any run has joules)."""
+    energy = any(r.energy_key for r in runs)
+    head = f"| run | method | seeds | final {key} % | best {key} % | rounds to {target:.0%} | total MB up | total MB down |"
+    lines = [head + (f" total energy J | energy to {target:.0%} J |" if energy else ""), "|---" * (10 if energy else 8) + "|"]
     for name, group in group_runs(runs).items():
         finals = [r.series(key)[-1] for r in group if r.series(key)]
         bests = [max(r.series(key)) for r in group if r.series(key)]
@@ -96,6 +127,54 @@ def table(runs: list[Run], target: float, key: str = "accuracy") -> str:
         lines.append(
             f"| {name} | {method} | {len(group)} | {mean_std(finals, 100)} | {mean_std(bests, 100)} | "
             f"{rounds_cell([r.rounds_to(target, key) for r in group])} | {mean_std(up, digits=3)} | {mean_std(down, digits=3)} |"
+            + (energy_cells(group, target, key) if energy else "")
+        )
+    return "\n".join(lines) + "\n"
+
+
+def energy_cells(group: list[Run], target: float, key: str) -> str:
+    totals = [c[-1] for r in group if (c := r.cumulative_joules())]
+    to_target = [r.joules_to(target, key) for r in group if r.energy_key]
+    reached = [j for j in to_target if j is not None]
+    missed = f" ({len(reached)}/{len(to_target)})" if len(reached) < len(to_target) else ""
+    cell = mean_std(reached, digits=1) + missed if reached else "×"
+    return f" {mean_std(totals, digits=1)} | {cell} |"
+
+
+def savings(runs: list[Run], baseline: str, key: str = "accuracy") -> str:
+    """Each group against ``baseline``: energy, client time, client-rounds saved (%) and accuracy lost (points)."""
+    groups = group_runs(runs)
+    if baseline not in groups:
+        raise ValueError(f"--baseline {baseline!r} is not one of the run groups: {', '.join(groups)}")
+
+    def means(group: list[Run]) -> dict[str, float | None]:
+        joules = [c[-1] for r in group if (c := r.cumulative_joules())]
+        return {
+            "energy": statistics.mean(joules) if len(joules) == len(group) else None,
+            "train": statistics.mean(r.total("train_s") for r in group),
+            "wall": statistics.mean(r.total("seconds") for r in group),
+            "client_rounds": statistics.mean(r.total("clients") for r in group),
+            "rounds": statistics.mean(len(r.rows) for r in group),
+            "final": statistics.mean(r.series(key)[-1] for r in group if r.series(key)),
+        }
+
+    def saved(new: float | None, old: float | None) -> str:
+        return "—" if new is None or not old else f"{100 * (1 - new / old):.1f}"
+
+    base = means(groups[baseline])
+    lines = [
+        f"| run vs {baseline} | energy saved % | client training time saved % | wall time saved % | client-rounds saved % "
+        f"| rounds | final {key} % | {key} lost (points) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, group in groups.items():
+        if name == baseline:
+            continue
+        m = means(group)
+        lines.append(
+            f"| {name} | {saved(m['energy'], base['energy'])} | {saved(m['train'], base['train'])} | {saved(m['wall'], base['wall'])} | "
+            f"{saved(m['client_rounds'], base['client_rounds'])} | {m['rounds']:.0f} vs {base['rounds']:.0f} | "
+            f"{100 * (m['final'] or 0):.2f} vs {100 * (base['final'] or 0):.2f} | {100 * ((base['final'] or 0) - (m['final'] or 0)):.2f} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -106,15 +185,23 @@ def plot(runs: list[Run], out: Path, key: str = "accuracy") -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_r, ax_b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    energy = any(r.energy_key for r in runs)
+    fig, axes = plt.subplots(1, 3 if energy else 2, figsize=(18 if energy else 12, 4.5))
+    ax_r, ax_b = axes[0], axes[1]
     for run in runs:
-        acc = run.series(key)
-        rounds = [int(r["round"]) for r in run.rows if r.get(key) is not None]
-        ax_r.plot(rounds, acc, label=run.label)
+        kept = [r for r in run.rows if r.get(key) is not None]
+        acc = [float(r[key]) for r in kept]
+        ax_r.plot([int(r["round"]) for r in kept], acc, label=run.label)
         ax_b.plot([b / 1e6 for b in run.cumulative_bytes()][: len(acc)], acc, label=run.label)
+        cum = run.cumulative_joules()
+        if energy and cum is not None:
+            at = {id(r): j for r, j in zip(run.rows, cum, strict=True)}
+            axes[2].plot([at[id(r)] for r in kept], acc, label=run.label)
     ax_r.set(xlabel="round", ylabel=key, title=f"{key} by round")
     ax_b.set(xlabel="cumulative MB on the wire (up + down)", ylabel=key, title=f"{key} by communication")
-    for ax in (ax_r, ax_b):
+    if energy:
+        axes[2].set(xlabel="cumulative joules (all meters)", ylabel=key, title=f"{key} by energy")
+    for ax in axes:
         ax.grid(alpha=0.3)
     ax_r.legend(fontsize=7)
     fig.tight_layout()
@@ -124,11 +211,15 @@ def plot(runs: list[Run], out: Path, key: str = "accuracy") -> Path:
     return out
 
 
-def report(paths: list[str | Path], out_dir: str | Path, target: float | None = None, key: str = "accuracy") -> tuple[str, Path]:
+def report(
+    paths: list[str | Path], out_dir: str | Path, target: float | None = None, key: str = "accuracy", baseline: str | None = None
+) -> tuple[str, Path]:
     runs = load_runs(paths)
     if target is None:
         target = float(runs[0].config.get("target-accuracy", 0.99))
     md = table(runs, target, key)
+    if baseline is not None:
+        md += "\n" + savings(runs, baseline, key)
     out = Path(out_dir)
     png = plot(runs, out / f"{key}.png", key)
     (out / "report.md").write_text(md + f"\n![{key}]({png.name})\n")

@@ -41,14 +41,24 @@ class RunWriter:
         with self.metrics_path.open("a") as fh:
             fh.write(json.dumps({k: _clean(v) for k, v in row.items()}) + "\n")
 
+    def write_json(self, name: str, data: Any) -> Path:
+        path = self.dir / name
+        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        return path
+
     def save_model(self, arrays: dict[str, np.ndarray]) -> Path:
         path = self.dir / "model.npz"
         np.savez(path, **arrays)  # type: ignore[arg-type]
         return path
 
 
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+def read_metrics(run_dir: str | Path, energy: bool = False) -> list[dict[str, Any]]:
+    """Rows of metrics.jsonl; with ``energy``, metrics-energy.jsonl (a copy with a wall-plug
+    meter joined, ``fedapp energy join``) where it exists."""
     path = Path(run_dir) / "metrics.jsonl"
+    joined = Path(run_dir) / "metrics-energy.jsonl"
+    if energy and joined.exists():
+        path = joined
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {run_dir} a fedapp run folder?")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

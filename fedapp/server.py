@@ -19,6 +19,7 @@ from flwr.serverapp import Grid
 from fedapp import wire
 from fedapp.config import ConfigError
 from fedapp.data import dataset_for
+from fedapp.energy.ledger import Ledger
 from fedapp.evaluate import evaluate
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
@@ -45,6 +46,8 @@ def discover(grid: Grid, num_clients: int, timeout: float) -> tuple[dict[int, in
                     log.warning("node %s did not answer discovery: %s", reply.metadata.src_node_id, reply.error.reason)
                     continue
                 facts = dict(reply.content["info"])  # type: ignore[arg-type]
+                if "energy-error" in facts:
+                    raise ConfigError(f"node {reply.metadata.src_node_id}: {facts['energy-error']!s}")
                 pid = int(facts["partition-id"])  # type: ignore[arg-type]
                 if pid in nodes and nodes[pid] != reply.metadata.src_node_id:
                     log.warning("partition-id %d claimed by nodes %d and %d; using the newer", pid, nodes[pid], reply.metadata.src_node_id)
@@ -81,12 +84,18 @@ def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 
     arrays = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
     writer = RunWriter(cfg.run_dir, resolved_config(cfg, params))
     nodes, info = discover(grid, cfg.num_clients, discovery_timeout)
+    meters = {str(p): str(f.get("energy-meter", "unknown")) for p, f in info.items()}
+    writer.write_json("meters.json", meters)
+    for text in sorted(set(meters.values())):
+        log.info("clients %s: %s", ",".join(p for p, m in meters.items() if m == text), text)
+    ledger = Ledger()
     policy = method.server(cfg, params, arrays, info)
     strategy = MaskedStrategy(cfg, policy, nodes)
     x_test, y_test = torch.from_numpy(ds.x_test), torch.from_numpy(ds.y_test)
     record = wire.to_record(arrays)
     for rnd in range(1, cfg.num_server_rounds + 1):
-        start = time.perf_counter()
+        start, t_start = time.perf_counter(), time.time()
+        strategy.eval_client_metrics = {}
         replies = grid.send_and_receive(strategy.configure_train(rnd, record, ConfigRecord(), grid), timeout=cfg.round_timeout)
         new, _ = strategy.aggregate_train(rnd, replies)
         if new is not None:
@@ -101,6 +110,7 @@ def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 
         row.update(strategy.extra_metrics)
         row["train_seconds"] = {str(p): m.get("train-seconds", 0.0) for p, m in sorted(strategy.stats.client_metrics.items())}
         row["seconds"] = time.perf_counter() - start
+        row.update(ledger.round_row(row["seconds"], t_start, time.time(), strategy.stats.client_metrics, strategy.eval_client_metrics))
         writer.append(row)
         log.info("round %d: accuracy %.4f loss %.4f clients %d failures %d", rnd, acc, loss, row["clients"], row["failures"])
         if policy.finished(rnd):

@@ -62,6 +62,7 @@ class MaskedStrategy(Strategy):
         self.global_np: dict[str, np.ndarray] = {}
         self.stats = RoundStats()
         self.eval_stats: dict[str, Any] = {}
+        self.eval_client_metrics: dict[int, dict[str, float]] = {}  # partition id -> its evaluate reply metrics
         self.extra_metrics: dict[str, Any] = {}
 
     # -- training -------------------------------------------------------------------
@@ -142,7 +143,9 @@ class MaskedStrategy(Strategy):
         return messages
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        accs = [float(m.content["metrics"]["accuracy"]) for m in replies if not m.has_error()]  # type: ignore[arg-type]
+        ok = [{k: float(v) for k, v in m.content["metrics"].items()} for m in replies if not m.has_error()]  # type: ignore[arg-type]
+        self.eval_client_metrics = {int(m.get("partition-id", -1)): m for m in ok}
+        accs = [m["accuracy"] for m in ok]
         if not accs:
             self.eval_stats = {}
             return None

@@ -33,8 +33,8 @@ def rows(run_dir: Path) -> list[dict[str, object]]:
 def test_fedavg_digits_is_deterministic_and_learns(tmp_path: Path) -> None:
     a = rows(run_local({**BASE, "run-dir": str(tmp_path / "a")}))
     b = rows(run_local({**BASE, "run-dir": str(tmp_path / "b")}))
-    for ra, rb in zip(a, b, strict=True):
-        assert {k: v for k, v in ra.items() if "seconds" not in k} == {k: v for k, v in rb.items() if "seconds" not in k}
+    outcome = ("round", "accuracy", "loss", "clients", "failures", "bytes_up", "bytes_down", "coverage")
+    assert [[r[k] for k in outcome] for r in a] == [[r[k] for k in outcome] for r in b]
     accs = [float(r["accuracy"]) for r in a]  # type: ignore[arg-type]
     assert accs[-1] >= 0.85, accs  # measured 0.899 at round 6 (seed 0); chance is 0.10
     model_bytes = sum(v.nbytes for v in np.load(tmp_path / "a" / "model.npz").values())

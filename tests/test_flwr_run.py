@@ -22,7 +22,9 @@ def test_flwr_run_three_rounds_writes_metrics(tmp_path: Path) -> None:
         assert r["clients"] == 2 and r["failures"] == 0 and r["coverage"] == 1.0
         assert r["bytes_up"] > 0 and r["bytes_down"] > 0 and r["seconds"] > 0
         assert set(r) >= {"round", "accuracy", "loss", "clients", "failures", "bytes_up", "bytes_down", "coverage", "seconds"}
+        assert set(r["client_train_s"]) == {"0", "1"} and all(w >= 0 for w in r["client_wait_s"].values())  # energy ledger
     assert rows[-1]["accuracy"] > rows[0]["accuracy"] - 0.05
+    assert set(json.loads((run_dir / "meters.json").read_text())) == {"0", "1"}
     assert json.loads((run_dir / "config.json").read_text())["num-server-rounds"] == 3
     assert (run_dir / "model.npz").exists()
 
