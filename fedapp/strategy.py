@@ -132,7 +132,7 @@ class MaskedStrategy(Strategy):
 
     # -- evaluation (personalised methods only) ---------------------------------------
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        if not self.policy.personalized_eval:
+        if not (self.policy.personalized_eval or self.cfg.personalized_eval):
             return []
         messages = []
         for pid, node in sorted(self.nodes.items()):
