@@ -1,6 +1,7 @@
 """Plots and comparison tables from run folders (``fedapp report``).
 
-Runs whose resolved configs differ only in ``seed`` (and ``run-dir``) form one group;
+Runs whose resolved configs differ only in ``seed`` (and ``run-dir``, and any keys
+named with ``--group-ignore``, e.g. ``data-seed`` when each seed redraws the split) form one group;
 the table gives mean ± std over the group's seeds. Rounds-to-target follows the
 FedPeWS convention (spec D19): mean ± std over the seeds that reach the target,
 "NA (r)" when exactly one seed does, "×" when none does.
@@ -49,11 +50,11 @@ def load_runs(paths: list[str | Path]) -> list[Run]:
     return [Run(Path(p), read_config(p), read_metrics(p)) for p in paths]
 
 
-def group_runs(runs: list[Run]) -> dict[str, list[Run]]:
+def group_runs(runs: list[Run], ignore: frozenset[str] = frozenset()) -> dict[str, list[Run]]:
     groups: dict[str, list[Run]] = {}
     keys: dict[tuple[tuple[str, str], ...], str] = {}
     for run in runs:
-        sig = tuple(sorted((k, repr(v)) for k, v in run.config.items() if k not in IGNORED_IN_GROUPING))
+        sig = tuple(sorted((k, repr(v)) for k, v in run.config.items() if k not in IGNORED_IN_GROUPING | ignore))
         if sig not in keys:
             base = run.label.rsplit("-seed", 1)[0] if "-seed" in run.label else run.label
             name = base if base not in groups else run.label
@@ -81,13 +82,13 @@ def rounds_cell(rounds: list[int | None]) -> str:
     return mean_std([float(r) for r in reached], digits=1) + (f" ({len(reached)}/{len(rounds)})" if len(reached) < len(rounds) else "")
 
 
-def table(runs: list[Run], target: float, key: str = "accuracy") -> str:
+def table(runs: list[Run], target: float, key: str = "accuracy", ignore: frozenset[str] = frozenset()) -> str:
     """Markdown table, one row per group of seeds."""
     lines = [
         f"| run | method | seeds | final {key} % | best {key} % | rounds to {target:.0%} | total MB up | total MB down |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for name, group in group_runs(runs).items():
+    for name, group in group_runs(runs, ignore).items():
         finals = [r.series(key)[-1] for r in group if r.series(key)]
         bests = [max(r.series(key)) for r in group if r.series(key)]
         up = [sum(r.series("bytes_up")) / 1e6 for r in group]
@@ -124,11 +125,13 @@ def plot(runs: list[Run], out: Path, key: str = "accuracy") -> Path:
     return out
 
 
-def report(paths: list[str | Path], out_dir: str | Path, target: float | None = None, key: str = "accuracy") -> tuple[str, Path]:
+def report(
+    paths: list[str | Path], out_dir: str | Path, target: float | None = None, key: str = "accuracy", ignore: frozenset[str] = frozenset()
+) -> tuple[str, Path]:
     runs = load_runs(paths)
     if target is None:
         target = float(runs[0].config.get("target-accuracy", 0.99))
-    md = table(runs, target, key)
+    md = table(runs, target, key, ignore)
     out = Path(out_dir)
     png = plot(runs, out / f"{key}.png", key)
     (out / "report.md").write_text(md + f"\n![{key}]({png.name})\n")

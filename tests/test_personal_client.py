@@ -57,7 +57,8 @@ def test_bn_buffers_stay_local_and_only_global_coordinates_are_merged_and_upload
     model = conv_bn()
     params = {n for n, _ in model.named_parameters()}
     g0 = model_arrays(model)
-    policy = FedSelectClient(*resolve(full_config({"method": "fedselect", "personal-limit": 0.5}))[::2])
+    cfg, _, fs_params = resolve(full_config({"method": "fedselect", "personal-limit": 0.5}))
+    policy = FedSelectClient(cfg, fs_params)
 
     r1 = policy.train(job_for(conv_bn(), g0, 1, store, d))
     assert r1.upload == params  # never running_mean / running_var / num_batches_tracked
@@ -72,7 +73,7 @@ def test_bn_buffers_stay_local_and_only_global_coordinates_are_merged_and_upload
     # the BN buffers keep the client's own statistics, not the server's 123
     g1 = perturbed(g0, 1)
     job2 = job_for(conv_bn(), g1, 2, store, d)
-    m_cur, _ = policy.restore(job2)
+    m_cur = policy.restore(job2)
     merged = model_arrays(job2.model)
     for n in params:
         assert np.array_equal(merged[n], g1[n])

@@ -99,7 +99,7 @@ class PersonalClient(ClientPolicy):
     def next_mask(self, job: ClientJob, m_cur: Masks, start: dict[str, np.ndarray]) -> Masks:
         return m_cur
 
-    def restore(self, job: ClientJob) -> tuple[Masks, PersonalState | None]:
+    def restore(self, job: ClientJob) -> Masks:
         """Write θ_k into ``job.model`` with this round's global values merged in; return m_cur."""
         state = PersonalState.load(job)
         if state is not None and state.saved_round >= job.server_round:
@@ -113,17 +113,17 @@ class PersonalClient(ClientPolicy):
         if state is None:
             if not all(r.all() for r in job.received.values()) and job.server_round > 1:
                 log.warning("client %d: no stored state but the server sent only part of the model (state lost?)", job.pid)
-            return self.initial_mask(job.model), None
+            return self.initial_mask(job.model)
         received = model_arrays(job.model)
         theta = dict(state.theta)
         for name, m_old in state.m_cur.items():
             take = ~m_old & job.received[name]
             theta[name] = np.where(take, received[name], theta[name])
         load_arrays(job.model, theta)
-        return state.m_next, state
+        return state.m_next
 
     def train(self, job: ClientJob) -> ClientResult:
-        m_cur, _ = self.restore(job)
+        m_cur = self.restore(job)
         start = {n: p.detach().cpu().numpy().copy() for n, p in job.model.named_parameters() if n in m_cur}
         stats = self.local_update(job, m_cur)
         m_next = self.next_mask(job, m_cur, start)
