@@ -29,7 +29,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markdown import Markdown
 
-    md, png = report(args.runs, out, args.target, args.metric, args.baseline)
+    md, png = report(args.runs, out, args.target, args.metric, args.baseline, frozenset(args.group_ignore))
     if sys.stdout.isatty():
         Console().print(Markdown(md))
     else:
@@ -50,6 +50,9 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--target", type=float, default=None, help="accuracy target for rounds-to-target (default: the run's target-accuracy)")
     rep.add_argument("--metric", default="accuracy", help="metrics.jsonl key to plot (e.g. personalized_accuracy)")
     rep.add_argument("--baseline", help="run group to compare the others against: energy/time saved, accuracy lost")
+    rep.add_argument(
+        "--group-ignore", action="append", default=[], metavar="KEY", help="config key that may differ within a group of seeds"
+    )
     rep.set_defaults(fn=cmd_report)
     add_data(sub)
     add_energy(sub)

@@ -105,6 +105,12 @@ class RunConfig:
     min_partition_size: int = key(10, non_negative, "Dirichlet: resample until every client has this many samples")
     num_clients: int = key(2, positive)
     local_test_fraction: float = key(0.0, half_open_unit, "share of each client's data held out as its local test split")
+    samples_per_client: int = key(0, non_negative, "shard partition: training samples kept per client (0: whole shards)")
+    local_test_source: str = key(
+        "own-data", one_of("own-data", "test-set"),
+        "own-data: rest of the client's shards, else local-test-fraction of its data; test-set: its shards of the test set",
+    )  # fmt: skip
+    personalized_eval: bool = key(False, doc="evaluate every client on its local test split each round (on for personalised methods)")
     model: str = key("mlp", one_of("mlp", "cnn"))
     mlp_hidden: str = key("64,64", int_list, "hidden widths of the MLP")
     num_server_rounds: int = key(10, positive)

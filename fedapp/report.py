@@ -1,6 +1,7 @@
 """Plots and comparison tables from run folders (``fedapp report``).
 
-Runs whose resolved configs differ only in ``seed`` (and ``run-dir``) form one group;
+Runs whose resolved configs differ only in ``seed`` (and ``run-dir``, and any keys
+named with ``--group-ignore``, e.g. ``data-seed`` when each seed redraws the split) form one group;
 the table gives mean ± std over the group's seeds. Rounds-to-target follows the
 FedPeWS convention (spec D19): mean ± std over the seeds that reach the target,
 "NA (r)" when exactly one seed does, "×" when none does.
@@ -81,11 +82,11 @@ def load_runs(paths: list[str | Path]) -> list[Run]:
     return [Run(Path(p), read_config(p), read_metrics(p, energy=True)) for p in paths]
 
 
-def group_runs(runs: list[Run]) -> dict[str, list[Run]]:
+def group_runs(runs: list[Run], ignore: frozenset[str] = frozenset()) -> dict[str, list[Run]]:
     groups: dict[str, list[Run]] = {}
     keys: dict[tuple[tuple[str, str], ...], str] = {}
     for run in runs:
-        sig = tuple(sorted((k, repr(v)) for k, v in run.config.items() if k not in IGNORED_IN_GROUPING))
+        sig = tuple(sorted((k, repr(v)) for k, v in run.config.items() if k not in IGNORED_IN_GROUPING | ignore))
         if sig not in keys:
             base = run.label.rsplit("-seed", 1)[0] if "-seed" in run.label else run.label
             name = base if base not in groups else run.label
@@ -113,12 +114,12 @@ def rounds_cell(rounds: list[int | None]) -> str:
     return mean_std([float(r) for r in reached], digits=1) + (f" ({len(reached)}/{len(rounds)})" if len(reached) < len(rounds) else "")
 
 
-def table(runs: list[Run], target: float, key: str = "accuracy") -> str:
+def table(runs: list[Run], target: float, key: str = "accuracy", ignore: frozenset[str] = frozenset()) -> str:
     """Markdown table, one row per group of seeds (energy columns when any run has joules)."""
     energy = any(r.energy_key for r in runs)
     head = f"| run | method | seeds | final {key} % | best {key} % | rounds to {target:.0%} | total MB up | total MB down |"
     lines = [head + (f" total energy J | energy to {target:.0%} J |" if energy else ""), "|---" * (10 if energy else 8) + "|"]
-    for name, group in group_runs(runs).items():
+    for name, group in group_runs(runs, ignore).items():
         finals = [r.series(key)[-1] for r in group if r.series(key)]
         bests = [max(r.series(key)) for r in group if r.series(key)]
         up = [sum(r.series("bytes_up")) / 1e6 for r in group]
@@ -141,9 +142,9 @@ def energy_cells(group: list[Run], target: float, key: str) -> str:
     return f" {mean_std(totals, digits=1)} | {cell} |"
 
 
-def savings(runs: list[Run], baseline: str, key: str = "accuracy") -> str:
+def savings(runs: list[Run], baseline: str, key: str = "accuracy", ignore: frozenset[str] = frozenset()) -> str:
     """Each group against ``baseline``: energy, client time, client-rounds saved (%) and accuracy lost (points)."""
-    groups = group_runs(runs)
+    groups = group_runs(runs, ignore)
     if baseline not in groups:
         raise ValueError(f"--baseline {baseline!r} is not one of the run groups: {', '.join(groups)}")
 
@@ -212,14 +213,19 @@ def plot(runs: list[Run], out: Path, key: str = "accuracy") -> Path:
 
 
 def report(
-    paths: list[str | Path], out_dir: str | Path, target: float | None = None, key: str = "accuracy", baseline: str | None = None
+    paths: list[str | Path],
+    out_dir: str | Path,
+    target: float | None = None,
+    key: str = "accuracy",
+    baseline: str | None = None,
+    ignore: frozenset[str] = frozenset(),
 ) -> tuple[str, Path]:
     runs = load_runs(paths)
     if target is None:
         target = float(runs[0].config.get("target-accuracy", 0.99))
-    md = table(runs, target, key)
+    md = table(runs, target, key, ignore)
     if baseline is not None:
-        md += "\n" + savings(runs, baseline, key)
+        md += "\n" + savings(runs, baseline, key, ignore)
     out = Path(out_dir)
     png = plot(runs, out / f"{key}.png", key)
     (out / "report.md").write_text(md + f"\n![{key}]({png.name})\n")

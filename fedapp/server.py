@@ -18,7 +18,7 @@ from flwr.serverapp import Grid
 
 from fedapp import wire
 from fedapp.config import ConfigError
-from fedapp.data import dataset_for
+from fedapp.data import check_partition, dataset_for
 from fedapp.energy.ledger import Ledger
 from fedapp.evaluate import evaluate
 from fedapp.methods.registry import resolve
@@ -80,6 +80,7 @@ def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 
     cfg, method, params = resolve(raw_config)
     configure_threads(cfg.num_threads)
     ds = dataset_for(cfg)
+    check_partition(cfg)
     model = build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
     arrays = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
     writer = RunWriter(cfg.run_dir, resolved_config(cfg, params))

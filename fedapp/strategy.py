@@ -131,9 +131,9 @@ class MaskedStrategy(Strategy):
         self.stats.reasons.append(reason)
         log.warning("%s", reason)
 
-    # -- evaluation (personalised methods only) ---------------------------------------
+    # -- evaluation (personalised methods, or personalized-eval = true) ---------------
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        if not self.policy.personalized_eval:
+        if not (self.policy.personalized_eval or self.cfg.personalized_eval):
             return []
         messages = []
         for pid, node in sorted(self.nodes.items()):

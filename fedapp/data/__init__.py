@@ -20,7 +20,7 @@ from fedapp.config import ConfigError, RunConfig
 from fedapp.data import catalog, medmnist
 from fedapp.data.dataset import ClientData, Dataset, Normalization
 from fedapp.data.digits import digits
-from fedapp.data.partition import local_split, partition_indices
+from fedapp.data.partition import ShardSplit, local_split, partition_indices, shard_partition
 from fedapp.data.preprocess import augmentation, normalization
 from fedapp.data.synthetic import synthetic
 
@@ -79,6 +79,15 @@ def dataset_for(cfg: RunConfig) -> Dataset:
     return _prepared(cfg.dataset, cfg.data_seed, cfg.data_root, cfg.normalize)
 
 
+def check_partition(cfg: RunConfig) -> None:
+    """Build the split once so a key that cannot hold fails before the first round."""
+    if cfg.partition != "shard" and (cfg.samples_per_client or cfg.local_test_source != "own-data"):
+        bad = ("samples-per-client", cfg.samples_per_client) if cfg.samples_per_client else ("local-test-source", cfg.local_test_source)
+        key, value = bad
+        raise ConfigError(f"run-config key {key!r} = {value!r} is only supported with partition = 'shard' (got {cfg.partition!r})")
+    client_indices(cfg)
+
+
 @lru_cache(maxsize=8)
 def _partitions(
     name: str, data_seed: int, data_root: str, normalize: str, kind: str, n: int, alpha: float, k: int, min_size: int
@@ -87,7 +96,19 @@ def _partitions(
     return tuple(partition_indices(kind, ds.y_train, n, data_seed, alpha, k, min_size, groups=ds.groups))
 
 
+@lru_cache(maxsize=8)
+def _shards(name: str, data_seed: int, data_root: str, n: int, k: int, samples: int) -> ShardSplit:
+    ds = load_dataset(name, data_seed, data_root)
+    return shard_partition(ds.y_train, ds.y_test, n, k, samples, data_seed)
+
+
+def shard_split(cfg: RunConfig) -> ShardSplit:
+    return _shards(cfg.dataset, cfg.data_seed, cfg.data_root, cfg.num_clients, cfg.classes_per_client, cfg.samples_per_client)
+
+
 def client_indices(cfg: RunConfig) -> tuple[np.ndarray, ...]:
+    if cfg.partition == "shard":
+        return shard_split(cfg).train
     return _partitions(
         cfg.dataset, cfg.data_seed, cfg.data_root, cfg.normalize, cfg.partition, cfg.num_clients,
         cfg.dirichlet_alpha, cfg.classes_per_client, cfg.min_partition_size,
@@ -98,6 +119,15 @@ def client_data(cfg: RunConfig, pid: int) -> ClientData:
     if not 0 <= pid < cfg.num_clients:
         raise ConfigError(f"partition-id {pid} is outside 0..{cfg.num_clients - 1} (run-config key 'num-clients' = {cfg.num_clients})")
     ds = dataset_for(cfg)
-    train, test = local_split(client_indices(cfg)[pid], cfg.local_test_fraction, cfg.data_seed * 100_003 + pid)
     aug = augmentation(cfg.augment, ds, ds.norm)
+    if cfg.partition == "shard":
+        split = shard_split(cfg)
+        tr = split.train[pid]
+        if cfg.local_test_source == "test-set":
+            t = split.test[pid]
+            return ClientData(ds.features(ds.x_train[tr]), ds.y_train[tr], ds.features(ds.x_test[t]), ds.y_test[t], aug)
+        if split.rest[pid].size:  # digits setting (spec fedselect §7.1): the rest of the client's shards
+            rest = split.rest[pid]
+            return ClientData(ds.features(ds.x_train[tr]), ds.y_train[tr], ds.features(ds.x_train[rest]), ds.y_train[rest], aug)
+    train, test = local_split(client_indices(cfg)[pid], cfg.local_test_fraction, cfg.data_seed * 100_003 + pid)
     return ClientData(ds.features(ds.x_train[train]), ds.y_train[train], ds.features(ds.x_train[test]), ds.y_train[test], aug)

@@ -4,12 +4,15 @@ iid, dirichlet and pathological use Flower Datasets' partitioners on an in-memor
 label column (offline). Explicit class groups ("0,1|2,3") are ours: Flower Datasets
 has no partitioner that takes a fixed class list per client. A class named in several
 groups is split evenly between those clients. "source" gives client i the samples of
-source i of a mixed-source dataset (the dataset's per-sample ``groups``).
+source i of a mixed-source dataset (the dataset's per-sample ``groups``). "shard"
+(FedSelect's pathological shards) also assigns each client matching shards of the test
+set, so it has its own function returning train, rest-of-shard and test indices.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -112,3 +115,62 @@ def local_split(indices: np.ndarray, test_fraction: float, seed: int) -> tuple[n
     n_test = round(test_fraction * perm.size)
     n_test = min(max(n_test, 1), perm.size - 1) if perm.size > 1 else 0
     return np.sort(perm[n_test:]), np.sort(perm[:n_test])
+
+
+@dataclass(frozen=True)
+class ShardSplit:
+    """Per client: training indices, the rest of its training shards, and the matching
+    shards of the held-out test set (indices into the test set)."""
+
+    train: tuple[np.ndarray, ...]
+    rest: tuple[np.ndarray, ...]
+    test: tuple[np.ndarray, ...]
+
+
+def shard_partition(
+    y_train: np.ndarray, y_test: np.ndarray, num_clients: int, classes_per_client: int, samples_per_client: int, seed: int
+) -> ShardSplit:
+    """Pathological shards as in FedSelect's code (../shared/specs/fedselect.md §4).
+
+    Each class is cut into ``s*N/C`` equal shards; the shuffled list of shard slots is
+    dealt out ``s`` per client (a client may draw one class twice); each client takes a
+    random remaining shard of each of its classes and keeps the first ``n/s`` samples
+    of it (all when ``samples_per_client`` is 0). The test set is cut the same way and
+    each client gets the test shards with the same (class, shard) numbers.
+    """
+    classes = np.unique(y_train)
+    slots = num_clients * classes_per_client
+    if slots % classes.size:
+        raise ConfigError(
+            f"run-config key 'classes-per-client' = {classes_per_client}: shard partition needs num-clients x classes-per-client "
+            f"({slots}) to be a multiple of the {classes.size} classes"
+        )
+    if samples_per_client % classes_per_client:
+        raise ConfigError(
+            f"run-config key 'samples-per-client' = {samples_per_client} is not allowed: expected a multiple of "
+            f"classes-per-client ({classes_per_client})"
+        )
+    per_class = slots // classes.size
+    rng = np.random.default_rng(seed)
+
+    def cut(labels: np.ndarray) -> dict[int, list[np.ndarray]]:
+        return {int(c): np.array_split(rng.permutation(np.flatnonzero(labels == c)), per_class) for c in classes}
+
+    train_shards, test_shards = cut(y_train), cut(y_test)
+    deal = rng.permutation(np.tile(classes, per_class)).reshape(num_clients, classes_per_client)
+    left = {int(c): list(range(per_class)) for c in classes}
+    keep = samples_per_client // classes_per_client
+    train, rest, test = [], [], []
+    for row in deal:
+        picks = [(int(c), left[int(c)].pop(int(rng.integers(len(left[int(c)]))))) for c in row]
+        shards = [train_shards[c][j] for c, j in picks]
+        if keep and min(s.size for s in shards) < keep:
+            raise ConfigError(
+                f"run-config key 'samples-per-client' = {samples_per_client} is not allowed: a shard holds only "
+                f"{min(s.size for s in shards)} samples, fewer than the {keep} taken from each"
+            )
+        cut_at = keep or max(s.size for s in shards)
+        train.append(np.sort(np.concatenate([s[:cut_at] for s in shards])))
+        rest.append(np.sort(np.concatenate([s[cut_at:] for s in shards])))
+        test.append(np.sort(np.concatenate([test_shards[c][j] for c, j in picks])))
+    return ShardSplit(tuple(train), tuple(rest), tuple(test))

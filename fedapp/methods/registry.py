@@ -16,6 +16,10 @@ if TYPE_CHECKING:
 MODULES: dict[str, str] = {
     "fedavg": "fedapp.methods.fedavg",
     "fedprox": "fedapp.methods.fedprox",
+    "fedselect": "fedapp.methods.fedselect",
+    "local": "fedapp.methods.local",
+    "fedavg-ft": "fedapp.methods.fedavg_ft",
+    "fedper": "fedapp.methods.fedper",
 }
 
 

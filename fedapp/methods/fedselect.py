@@ -1,0 +1,114 @@
+"""FedSelect (Tamirisa et al., CVPR 2024): growing personal subnetworks.
+
+Each client keeps a per-coordinate personal mask (personal.py does the state, the
+merge, the upload of global coordinates only, and personalised evaluation). What is
+FedSelect's own:
+
+* LocalAlt (Alg. 2): ``local-alt-epochs`` times, one pass over the local data that
+  trains only the personal coordinates, then one pass in the same batch order that
+  trains only the global ones (F11). A pass over an empty set of coordinates is
+  skipped (it would only move BatchNorm statistics).
+* GradSelect (Alg. 3): every ``mask-update-every`` rounds, per tensor, move the
+  ``round(p * shared)`` shared coordinates that changed most in this round's local
+  training into the personal set, but only while the personal fraction is < α and
+  never past ``floor(α * n)`` (F5 default: cap exactly, so α = 0 is FedAvg).
+  ``personal-selection`` = least / random gives the paper's ablations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import torch
+
+from fedapp.config import fraction, key, one_of, positive, unit_interval
+from fedapp.methods.base import ClientJob, settings_of
+from fedapp.methods.personal import Masks, PersonalClient, PersonalServer
+from fedapp.methods.registry import Method
+from fedapp.train import TrainStats, local_train
+
+
+@dataclasses.dataclass(frozen=True)
+class FedSelectParams:
+    personal_rate: float = key(0.25, fraction, "p: share of a tensor's remaining shared coordinates made personal per mask update")
+    personal_limit: float = key(0.3, unit_interval, "α: largest personal fraction of any tensor (capped exactly)")
+    mask_update_every: int = key(1, positive, "grow the masks in rounds that are multiples of this")
+    local_alt_epochs: int = key(3, positive, "LocalAlt epochs per round, each a personal pass then a shared pass")
+    personal_selection: str = key(
+        "most", one_of("most", "least", "random"), "which shared coordinates become personal (least, random: ablations)"
+    )
+
+
+def growth_count(n: int, n_personal: int, rate: float, limit: float) -> int:
+    """How many shared coordinates of an n-coordinate tensor become personal now."""
+    if n == 0 or n_personal / n >= limit:
+        return 0
+    want = math.floor(rate * (n - n_personal) + 0.5)
+    cap = math.floor(limit * n + 1e-9) - n_personal
+    return max(0, min(want, cap))
+
+
+def top_k(score: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest scores, ties at the cutoff by lowest index (F16), in O(n)."""
+    if k >= score.size:
+        return np.arange(score.size)
+    cut = np.partition(score, score.size - k)[score.size - k]
+    above = np.flatnonzero(score > cut)
+    return np.concatenate([above, np.flatnonzero(score == cut)[: k - above.size]])
+
+
+def grad_select(
+    delta: dict[str, np.ndarray], m_cur: Masks, rate: float, limit: float, selection: str = "most", rng: np.random.Generator | None = None
+) -> Masks:
+    """GradSelect: the next masks given |θ - θ_start| per tensor (ties: lowest index first)."""
+    out: Masks = {}
+    for name, m in m_cur.items():
+        flat = m.reshape(-1)
+        k = growth_count(flat.size, int(flat.sum()), rate, limit)
+        grown = flat.copy()
+        if k > 0:
+            shared = np.flatnonzero(~flat)
+            d = np.abs(delta[name].reshape(-1)[shared])
+            if selection == "random":
+                pick = (rng or np.random.default_rng(0)).permutation(shared.size)[:k]
+            else:
+                pick = top_k(d if selection == "most" else -d, k)
+            grown[shared[pick]] = True
+        out[name] = grown.reshape(m.shape)
+    return out
+
+
+def local_alt(job: ClientJob, m_cur: Masks, epochs: int) -> TrainStats:
+    """LocalAlt: per epoch a personal pass and a shared pass over the same batch order."""
+    settings = dataclasses.replace(settings_of(job.cfg), epochs=1)
+    x, y = job.tensors()
+    personal = {n: torch.from_numpy(m) for n, m in m_cur.items()}
+    shared = {n: ~m for n, m in personal.items()}
+    passes = [masks for masks in (personal, shared) if any(bool(m.any()) for m in masks.values())]
+    losses, steps, seconds = [], 0, 0.0
+    for _ in range(epochs):
+        order = job.gen.get_state()
+        for masks in passes:
+            job.gen.set_state(order)
+            stats = local_train(job.model, x, y, settings, job.gen, masks, None, augment=job.data.augment)
+            losses.append(stats.loss)
+            steps, seconds = steps + stats.steps, seconds + stats.seconds
+    return TrainStats(float(np.mean(losses)) if losses else 0.0, int(x.shape[0]), steps, seconds)
+
+
+class FedSelectClient(PersonalClient):
+    def local_update(self, job: ClientJob, m_cur: Masks) -> TrainStats:
+        return local_alt(job, m_cur, self.params.local_alt_epochs)
+
+    def next_mask(self, job: ClientJob, m_cur: Masks, start: dict[str, np.ndarray]) -> Masks:
+        if job.server_round % self.params.mask_update_every:
+            return m_cur
+        now = {n: p.detach().cpu().numpy() for n, p in job.model.named_parameters() if n in m_cur}
+        delta = {n: now[n] - start[n] for n in m_cur}
+        rng = np.random.default_rng([job.cfg.seed, job.server_round, job.pid])
+        return grad_select(delta, m_cur, self.params.personal_rate, self.params.personal_limit, self.params.personal_selection, rng)
+
+
+METHOD = Method("fedselect", PersonalServer, FedSelectClient, FedSelectParams)

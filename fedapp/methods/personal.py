@@ -1,0 +1,167 @@
+"""Clients that keep a personal model: a full local copy plus a personal mask.
+
+Shared by FedSelect (growing mask), FedPer (personal head) and Local (everything
+personal). Per client the state store holds the full model θ_k (parameters and
+BatchNorm buffers), the mask used this round (``m_cur``) and the mask for the next
+round (``m_next``), masks as packed bits; 1 = personal. Each round:
+
+    θ_k[¬m_cur] ← received global values        (parameters only; buffers stay local)
+    m_cur ← m_next;  train;  m_next ← next_mask(...)
+    upload θ_k at ¬m_cur (values + packed mask); personal values never leave
+
+The server half remembers each client's last uploaded mask and sends it only those
+global coordinates (so download shrinks with the mask, as upload does); the server
+averages each coordinate over the clients for which it is global, and a coordinate
+that is personal everywhere keeps its value (aggregate.masked_mean). Evaluation uses
+the model the client holds after its local training (spec fedselect F14).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedapp import wire
+from fedapp.evaluate import evaluate
+from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, Reply, ServerPolicy, train_metrics
+from fedapp.train import TrainStats
+
+log = logging.getLogger("flwr")
+
+Masks = dict[str, np.ndarray]  # parameter name -> bool array shaped like it; True = personal
+
+
+def eligible(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    """Trainable parameters (weights, biases, BN affine): the tensors that carry masks."""
+    return {n: tuple(p.shape) for n, p in model.named_parameters() if p.requires_grad}
+
+
+def personal_fraction(masks: Masks) -> float:
+    total = sum(m.size for m in masks.values())
+    return sum(int(m.sum()) for m in masks.values()) / total if total else 0.0
+
+
+def pack(prefix: str, masks: Masks) -> dict[str, np.ndarray]:
+    return {f"{prefix}:{n}": np.packbits(m.reshape(-1)) for n, m in masks.items()}
+
+
+def unpack(prefix: str, state: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> Masks:
+    return {n: np.unpackbits(state[f"{prefix}:{n}"], count=int(np.prod(s))).astype(bool).reshape(s) for n, s in shapes.items()}
+
+
+class PersonalState:
+    """θ_k, m_cur, m_next and the round they were saved in, as one store entry."""
+
+    def __init__(self, theta: dict[str, np.ndarray], m_cur: Masks, m_next: Masks, saved_round: int):
+        self.theta, self.m_cur, self.m_next, self.saved_round = theta, m_cur, m_next, saved_round
+
+    @classmethod
+    def load(cls, job: ClientJob) -> PersonalState | None:
+        raw = job.store.load(job.pid)
+        if not raw:
+            return None
+        shapes = eligible(job.model)
+        theta = {k.split(":", 1)[1]: v for k, v in raw.items() if k.startswith("theta:")}
+        return cls(theta, unpack("mcur", raw, shapes), unpack("mnext", raw, shapes), int(raw["round"].reshape(-1)[0]))
+
+    def save(self, job: ClientJob) -> None:
+        arrays = {f"theta:{k}": v for k, v in self.theta.items()}
+        arrays.update(pack("mcur", self.m_cur))
+        arrays.update(pack("mnext", self.m_next))
+        arrays["round"] = np.array([self.saved_round], np.int64)
+        job.store.save(job.pid, arrays)
+
+
+def model_arrays(model: nn.Module) -> dict[str, np.ndarray]:
+    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def load_arrays(model: nn.Module, arrays: dict[str, np.ndarray]) -> None:
+    model.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in arrays.items()})
+
+
+class PersonalClient(ClientPolicy):
+    """Merge -> switch masks -> local update -> next mask -> upload the global part.
+
+    Subclasses choose the first mask, the local update and how the mask grows.
+    """
+
+    def initial_mask(self, model: nn.Module) -> Masks:
+        return {n: np.zeros(s, bool) for n, s in eligible(model).items()}
+
+    def local_update(self, job: ClientJob, m_cur: Masks) -> TrainStats:
+        return self.fit(job)
+
+    def next_mask(self, job: ClientJob, m_cur: Masks, start: dict[str, np.ndarray]) -> Masks:
+        return m_cur
+
+    def restore(self, job: ClientJob) -> Masks:
+        """Write θ_k into ``job.model`` with this round's global values merged in; return m_cur."""
+        state = PersonalState.load(job)
+        if state is not None and state.saved_round >= job.server_round:
+            log.warning(
+                "client %d: stored state is from round %d, not before %d: an earlier run's; starting afresh",
+                job.pid,
+                state.saved_round,
+                job.server_round,
+            )
+            state = None
+        if state is None:
+            if not all(r.all() for r in job.received.values()) and job.server_round > 1:
+                log.warning("client %d: no stored state but the server sent only part of the model (state lost?)", job.pid)
+            return self.initial_mask(job.model)
+        received = model_arrays(job.model)
+        theta = dict(state.theta)
+        for name, m_old in state.m_cur.items():
+            take = ~m_old & job.received[name]
+            theta[name] = np.where(take, received[name], theta[name])
+        load_arrays(job.model, theta)
+        return state.m_next
+
+    def train(self, job: ClientJob) -> ClientResult:
+        m_cur = self.restore(job)
+        start = {n: p.detach().cpu().numpy().copy() for n, p in job.model.named_parameters() if n in m_cur}
+        stats = self.local_update(job, m_cur)
+        m_next = self.next_mask(job, m_cur, start)
+        PersonalState(model_arrays(job.model), m_cur, m_next, job.server_round).save(job)
+        metrics: dict[str, float] = {**train_metrics(stats), "personal-fraction": personal_fraction(m_cur)}
+        metrics["personal-fraction-next"] = personal_fraction(m_next)
+        return ClientResult(metrics=metrics, masks={n: ~m for n, m in m_cur.items()}, upload=set(m_cur))
+
+    def evaluate(self, job: ClientJob) -> dict[str, float]:
+        """Accuracy of the client's own model (as left by its last local training)."""
+        x, y = job.tensors("test")
+        if x.shape[0] == 0:
+            raise ValueError(
+                f"client {job.pid} has no local test split: set samples-per-client (shard), local-test-source = 'test-set' "
+                "or local-test-fraction > 0"
+            )
+        state = PersonalState.load(job)
+        if state is not None and state.saved_round <= job.server_round:
+            load_arrays(job.model, state.theta)
+        acc, loss = evaluate(job.model, x, y)
+        return {"accuracy": acc, "loss": loss, "num-examples": int(x.shape[0])}
+
+
+class PersonalServer(ServerPolicy):
+    """Send each client only the global coordinates of its last uploaded mask; evaluate
+    every client's own model each round; report the mean personal fraction."""
+
+    personalized_eval = True
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.global_masks: dict[int, dict[str, np.ndarray]] = {}
+
+    def node_task(self, server_round: int, pid: int) -> NodeTask:
+        return NodeTask(download_masks=self.global_masks.get(pid))
+
+    def after_round(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
+        for r in replies:
+            self.global_masks[r.pid] = wire.dense_masks(r.contribution, self.initial)
+        fractions = [r.metrics["personal-fraction"] for r in replies if "personal-fraction" in r.metrics]
+        return {"personal_fraction": float(np.mean(fractions))} if fractions else {}
