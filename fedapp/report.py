@@ -31,10 +31,12 @@ class Run:
     def series(self, key: str) -> list[float]:
         return [float(r[key]) for r in self.rows if r.get(key) is not None]
 
-    def cumulative_bytes(self) -> list[float]:
+    def cumulative_bytes(self, direction: str = "both") -> list[float]:
+        """Running total of bytes on the wire: ``up``, ``down`` or ``both``."""
+        keys = {"up": ("bytes_up",), "down": ("bytes_down",), "both": ("bytes_up", "bytes_down")}[direction]
         total, out = 0.0, []
         for r in self.rows:
-            total += float(r.get("bytes_up", 0)) + float(r.get("bytes_down", 0))
+            total += sum(float(r.get(k, 0)) for k in keys)
             out.append(total)
         return out
 
@@ -100,7 +102,10 @@ def table(runs: list[Run], target: float, key: str = "accuracy") -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(runs: list[Run], out: Path, key: str = "accuracy") -> Path:
+BYTES_LABEL = {"up": "upload", "down": "download", "both": "up + down"}
+
+
+def plot(runs: list[Run], out: Path, key: str = "accuracy", direction: str = "both") -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -111,9 +116,9 @@ def plot(runs: list[Run], out: Path, key: str = "accuracy") -> Path:
         acc = run.series(key)
         rounds = [int(r["round"]) for r in run.rows if r.get(key) is not None]
         ax_r.plot(rounds, acc, label=run.label)
-        ax_b.plot([b / 1e6 for b in run.cumulative_bytes()][: len(acc)], acc, label=run.label)
+        ax_b.plot([b / 1e6 for b in run.cumulative_bytes(direction)][: len(acc)], acc, label=run.label)
     ax_r.set(xlabel="round", ylabel=key, title=f"{key} by round")
-    ax_b.set(xlabel="cumulative MB on the wire (up + down)", ylabel=key, title=f"{key} by communication")
+    ax_b.set(xlabel=f"cumulative MB on the wire ({BYTES_LABEL[direction]})", ylabel=key, title=f"{key} by communication")
     for ax in (ax_r, ax_b):
         ax.grid(alpha=0.3)
     ax_r.legend(fontsize=7)
@@ -124,12 +129,14 @@ def plot(runs: list[Run], out: Path, key: str = "accuracy") -> Path:
     return out
 
 
-def report(paths: list[str | Path], out_dir: str | Path, target: float | None = None, key: str = "accuracy") -> tuple[str, Path]:
+def report(
+    paths: list[str | Path], out_dir: str | Path, target: float | None = None, key: str = "accuracy", direction: str = "both"
+) -> tuple[str, Path]:
     runs = load_runs(paths)
     if target is None:
         target = float(runs[0].config.get("target-accuracy", 0.99))
     md = table(runs, target, key)
     out = Path(out_dir)
-    png = plot(runs, out / f"{key}.png", key)
+    png = plot(runs, out / f"{key}.png", key, direction)
     (out / "report.md").write_text(md + f"\n![{key}]({png.name})\n")
     return md, png

@@ -59,16 +59,26 @@ def register_dataset(name: str, loader: Loader) -> None:
 
 
 @lru_cache(maxsize=4)
-def load_dataset(name: str, data_seed: int, data_root: str = "") -> Dataset:
+def load_dataset(name: str, data_seed: int, data_root: str = "", input_noise: float = 0.0) -> Dataset:
     if name not in LOADERS:
         raise ConfigError(f"run-config key 'dataset' = {name!r} is not allowed: expected one of {', '.join(sorted(LOADERS))}")
     x_tr, y_tr, x_te, y_te = LOADERS[name](data_seed, data_root)
+    if input_noise > 0:
+        x_tr, x_te = add_noise(x_tr, x_te, input_noise, data_seed)
     num_classes = int(max(y_tr.max(), y_te.max())) + 1
     return Dataset(name, x_tr, y_tr, x_te, y_te, num_classes)
 
 
+def add_noise(x_tr: np.ndarray, x_te: np.ndarray, sigma: float, data_seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Additive Gaussian noise, fixed per sample: drawn once from the data seed, so every
+    process (server, each client) sees the same noisy images in every round."""
+    rng = np.random.default_rng([data_seed, 0x6E6F6973])
+    noisy = [(x + sigma * rng.standard_normal(x.shape)).astype(x.dtype) for x in (x_tr, x_te)]
+    return noisy[0], noisy[1]
+
+
 def dataset_for(cfg: RunConfig) -> Dataset:
-    return load_dataset(cfg.dataset, cfg.data_seed, cfg.data_root)
+    return load_dataset(cfg.dataset, cfg.data_seed, cfg.data_root, cfg.input_noise)
 
 
 @lru_cache(maxsize=8)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 MODULES: dict[str, str] = {
     "fedavg": "fedapp.methods.fedavg",
     "fedprox": "fedapp.methods.fedprox",
+    "fedpart": "fedapp.methods.fedpart",
 }
 
 
