@@ -67,6 +67,18 @@ def plan_of(cfg: RunConfig, p: FedPartParams, num_groups: int) -> list[int]:
     return schedule(num_groups, p.cycles, p.warmup_rounds, p.full_rounds_between_cycles, p.rounds_per_layer, p.layer_order, cfg.seed)
 
 
+def train_only(model: nn.Module, group_index: int) -> set[str]:
+    """Freeze every parameter outside layer group ``group_index`` (FULL: none); return the trainable names."""
+    groups = layer_groups(model)
+    if not FULL <= group_index < len(groups):
+        raise ValueError(f"group-index {group_index} is outside -1..{len(groups) - 1} for this model's {len(groups)} layer groups")
+    names = {n for n, _ in model.named_parameters()}
+    trainable = names if group_index == FULL else set(groups[group_index].params)
+    for n, p in model.named_parameters():
+        p.requires_grad_(n in trainable)
+    return trainable
+
+
 class FedPartServer(ServerPolicy):
     eval_records = frozenset({BN_RECORD})
 
@@ -125,17 +137,11 @@ class FedPartServer(ServerPolicy):
 
 class FedPartClient(ClientPolicy):
     def train(self, job: ClientJob) -> ClientResult:
-        groups = layer_groups(job.model)
         g = int(job.config.get("group-index", FULL))
-        if not FULL <= g < len(groups):
-            raise ValueError(f"group-index {g} is outside -1..{len(groups) - 1} for this model's {len(groups)} layer groups")
         own = job.store.load(job.pid)  # this client's BatchNorm statistics; the global copies are the server's
         if own:
             job.model.load_state_dict({k: torch.from_numpy(v) for k, v in own.items()}, strict=False)
-        names = [n for n, _ in job.model.named_parameters()]
-        trainable = set(names) if g == FULL else set(groups[g].params)
-        for n, p in job.model.named_parameters():
-            p.requires_grad_(n in trainable)
+        trainable = train_only(job.model, g)
         stats = self.fit(job)
         buffers = {n: b.detach().cpu().numpy().copy() for n, b in job.model.named_buffers()}
         job.store.save(job.pid, buffers)
