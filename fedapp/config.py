@@ -99,6 +99,7 @@ class RunConfig:
     augment: str = key(
         "auto", one_of("auto", "none", "crop-flip", "flip-rotate-crop"), "training augmentation; auto: the dataset's default"
     )
+    input_noise: float = key(0.0, non_negative, "std of Gaussian noise added once to every input (train and test), drawn with data-seed")
     partition: str = key("dirichlet", partition_check)
     dirichlet_alpha: float = key(0.5, positive)
     classes_per_client: int = key(2, positive)
@@ -111,7 +112,7 @@ class RunConfig:
         "own-data: rest of the client's shards, else local-test-fraction of its data; test-set: its shards of the test set",
     )  # fmt: skip
     personalized_eval: bool = key(False, doc="evaluate every client on its local test split each round (on for personalised methods)")
-    model: str = key("mlp", one_of("mlp", "cnn"))
+    model: str = key("mlp", one_of("mlp", "cnn", "cnn-bn", "resnet8", "resnet18"))
     mlp_hidden: str = key("64,64", int_list, "hidden widths of the MLP")
     num_server_rounds: int = key(10, positive)
     local_epochs: int = key(1, non_negative)

@@ -40,10 +40,12 @@ class Run:
     def series(self, key: str) -> list[float]:
         return [float(r[key]) for r in self.rows if r.get(key) is not None]
 
-    def cumulative_bytes(self) -> list[float]:
+    def cumulative_bytes(self, direction: str = "both") -> list[float]:
+        """Running total of bytes on the wire: ``up``, ``down`` or ``both``."""
+        keys = {"up": ("bytes_up",), "down": ("bytes_down",), "both": ("bytes_up", "bytes_down")}[direction]
         total, out = 0.0, []
         for r in self.rows:
-            total += float(r.get("bytes_up", 0)) + float(r.get("bytes_down", 0))
+            total += sum(float(r.get(k, 0)) for k in keys)
             out.append(total)
         return out
 
@@ -180,7 +182,10 @@ def savings(runs: list[Run], baseline: str, key: str = "accuracy", ignore: froze
     return "\n".join(lines) + "\n"
 
 
-def plot(runs: list[Run], out: Path, key: str = "accuracy") -> Path:
+BYTES_LABEL = {"up": "upload", "down": "download", "both": "up + down"}
+
+
+def plot(runs: list[Run], out: Path, key: str = "accuracy", direction: str = "both") -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -193,13 +198,13 @@ def plot(runs: list[Run], out: Path, key: str = "accuracy") -> Path:
         kept = [r for r in run.rows if r.get(key) is not None]
         acc = [float(r[key]) for r in kept]
         ax_r.plot([int(r["round"]) for r in kept], acc, label=run.label)
-        ax_b.plot([b / 1e6 for b in run.cumulative_bytes()][: len(acc)], acc, label=run.label)
+        ax_b.plot([b / 1e6 for b in run.cumulative_bytes(direction)][: len(acc)], acc, label=run.label)
         cum = run.cumulative_joules()
         if energy and cum is not None:
             at = {id(r): j for r, j in zip(run.rows, cum, strict=True)}
             axes[2].plot([at[id(r)] for r in kept], acc, label=run.label)
     ax_r.set(xlabel="round", ylabel=key, title=f"{key} by round")
-    ax_b.set(xlabel="cumulative MB on the wire (up + down)", ylabel=key, title=f"{key} by communication")
+    ax_b.set(xlabel=f"cumulative MB on the wire ({BYTES_LABEL[direction]})", ylabel=key, title=f"{key} by communication")
     if energy:
         axes[2].set(xlabel="cumulative joules (all meters)", ylabel=key, title=f"{key} by energy")
     for ax in axes:
@@ -219,6 +224,7 @@ def report(
     key: str = "accuracy",
     baseline: str | None = None,
     ignore: frozenset[str] = frozenset(),
+    direction: str = "both",
 ) -> tuple[str, Path]:
     runs = load_runs(paths)
     if target is None:
@@ -227,6 +233,6 @@ def report(
     if baseline is not None:
         md += "\n" + savings(runs, baseline, key, ignore)
     out = Path(out_dir)
-    png = plot(runs, out / f"{key}.png", key)
+    png = plot(runs, out / f"{key}.png", key, direction)
     (out / "report.md").write_text(md + f"\n![{key}]({png.name})\n")
     return md, png

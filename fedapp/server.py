@@ -117,5 +117,5 @@ def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 
         if policy.finished(rnd):
             log.info("method finished after round %d", rnd)
             break
-    writer.save_model(arrays)
+    writer.save_model(policy.eval_arrays(arrays))  # the model that was evaluated
     return writer.dir

@@ -38,6 +38,7 @@ class RoundStats:
     clients: int = 0
     failures: int = 0
     bytes_up: int = 0
+    bytes_up_eval: int = 0
     bytes_down: int = 0
     coverage: float = 0.0
     reasons: list[str] = field(default_factory=list)
@@ -46,12 +47,14 @@ class RoundStats:
     def row(self) -> dict[str, Any]:
         return {
             "clients": self.clients, "failures": self.failures, "bytes_up": self.bytes_up,
-            "bytes_down": self.bytes_down, "coverage": self.coverage,
+            "bytes_up_eval": self.bytes_up_eval, "bytes_down": self.bytes_down, "coverage": self.coverage,
         }  # fmt: skip
 
 
-def record_bytes(content: RecordDict) -> int:
-    return sum(rec.count_bytes() for rec in content.array_records.values())
+def record_bytes(content: RecordDict, only: Iterable[str] | None = None, skip: Iterable[str] = ()) -> int:
+    """Bytes of a message's ArrayRecords (``only`` those names, if given; never ``skip``)."""
+    wanted = None if only is None else set(only)
+    return sum(rec.count_bytes() for n, rec in content.array_records.items() if (wanted is None or n in wanted) and n not in skip)
 
 
 class MaskedStrategy(Strategy):
@@ -112,7 +115,8 @@ class MaskedStrategy(Strategy):
             except (wire.WireError, KeyError, TypeError, ValueError) as err:
                 self._fail(f"node {msg.metadata.src_node_id}: bad reply dropped ({err})")
                 continue
-            self.stats.bytes_up += record_bytes(msg.content)
+            self.stats.bytes_up += record_bytes(msg.content, skip=self.policy.eval_records)
+            self.stats.bytes_up_eval += record_bytes(msg.content, only=self.policy.eval_records)
             self.stats.client_metrics[reply.pid] = reply.metrics
             ok.append(reply)
         for _ in range(self.stats.sent - received):

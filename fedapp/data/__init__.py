@@ -69,14 +69,21 @@ def load_dataset(name: str, data_seed: int, data_root: str = "") -> Dataset:
 
 
 @lru_cache(maxsize=4)
-def _prepared(name: str, data_seed: int, data_root: str, normalize: str) -> Dataset:
+def _prepared(name: str, data_seed: int, data_root: str, normalize: str, input_noise: float = 0.0) -> Dataset:
     ds = load_dataset(name, data_seed, data_root)
+    if input_noise > 0:
+        if not np.issubdtype(ds.x_train.dtype, np.floating):
+            raise ConfigError(
+                f"run-config key 'input-noise' = {input_noise} needs a dataset stored as floats (digits, synthetic); {name!r} is not"
+            )
+        x_tr, x_te = add_noise(ds.x_train, ds.x_test, input_noise, data_seed)
+        ds = dataclasses.replace(ds, x_train=x_tr, x_test=x_te)
     return dataclasses.replace(ds, norm=normalization(normalize, ds))  # shares the arrays
 
 
 def dataset_for(cfg: RunConfig) -> Dataset:
     """The run's dataset with its normalisation chosen (``Dataset.features`` applies it)."""
-    return _prepared(cfg.dataset, cfg.data_seed, cfg.data_root, cfg.normalize)
+    return _prepared(cfg.dataset, cfg.data_seed, cfg.data_root, cfg.normalize, cfg.input_noise)
 
 
 def check_partition(cfg: RunConfig) -> None:
@@ -86,6 +93,14 @@ def check_partition(cfg: RunConfig) -> None:
         key, value = bad
         raise ConfigError(f"run-config key {key!r} = {value!r} is only supported with partition = 'shard' (got {cfg.partition!r})")
     client_indices(cfg)
+
+
+def add_noise(x_tr: np.ndarray, x_te: np.ndarray, sigma: float, data_seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Additive Gaussian noise, fixed per sample: drawn once from the data seed, so every
+    process (server, each client) sees the same noisy images in every round."""
+    rng = np.random.default_rng([data_seed, 0x6E6F6973])
+    noisy = [(x + sigma * rng.standard_normal(x.shape)).astype(x.dtype) for x in (x_tr, x_te)]
+    return noisy[0], noisy[1]
 
 
 @lru_cache(maxsize=8)

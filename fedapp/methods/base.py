@@ -87,6 +87,7 @@ class ServerPolicy:
     the same config, weight by ``client-weighting``, never stop early."""
 
     personalized_eval = False
+    eval_records: frozenset[str] = frozenset()  # reply records that serve evaluation only: counted in bytes_up_eval, not bytes_up
 
     def __init__(self, cfg: RunConfig, params: Any, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Scalar]]):
         self.cfg, self.params, self.initial, self.node_info = cfg, params, initial, node_info

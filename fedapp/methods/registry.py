@@ -20,6 +20,7 @@ MODULES: dict[str, str] = {
     "local": "fedapp.methods.local",
     "fedavg-ft": "fedapp.methods.fedavg_ft",
     "fedper": "fedapp.methods.fedper",
+    "fedpart": "fedapp.methods.fedpart",
 }
 
 

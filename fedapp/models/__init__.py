@@ -9,7 +9,9 @@ from torch import nn
 
 from fedapp.config import RunConfig
 from fedapp.models.cnn import cnn
+from fedapp.models.cnn_bn import cnn_bn
 from fedapp.models.mlp import mlp
+from fedapp.models.resnet import resnet8, resnet18
 
 
 def build_model(cfg: RunConfig, in_shape: tuple[int, ...], num_classes: int, seed: int | None = None) -> nn.Module:
@@ -20,4 +22,10 @@ def build_model(cfg: RunConfig, in_shape: tuple[int, ...], num_classes: int, see
         return mlp(math.prod(in_shape), cfg.hidden_widths, num_classes)
     if cfg.model == "cnn":
         return cnn(in_shape, num_classes)
+    if cfg.model == "cnn-bn":
+        return cnn_bn(in_shape, num_classes)
+    if cfg.model == "resnet8":
+        return resnet8(in_shape, num_classes)
+    if cfg.model == "resnet18":
+        return resnet18(in_shape, num_classes)
     raise ValueError(f"run-config key 'model' = {cfg.model!r} is not a known model")
