@@ -29,13 +29,10 @@ def test_flwr_run_three_rounds_writes_metrics(tmp_path: Path) -> None:
     assert (run_dir / "model.npz").exists()
 
 
-@pytest.mark.parametrize(
-    ("override", "key"),
-    [({"method": "fedbogus"}, "method"), ({"lr": -0.1}, "lr"), ({"partition": "dirichlet", "dirichlet-alpha": 0.0}, "dirichlet-alpha")],
-)
-def test_flwr_run_rejects_bad_config_naming_the_key(tmp_path: Path, override: dict[str, object], key: str) -> None:
+def test_flwr_run_rejects_a_bad_value_naming_the_key(tmp_path: Path) -> None:
+    """Through the real runtime once; every bad-value case is covered fast in test_config.py."""
     run_dir = tmp_path / "run"
-    proc = flwr_run(tmp_path, {"num-server-rounds": 3, "run-dir": str(run_dir), **override}, timeout=300)
+    proc = flwr_run(tmp_path, {"num-server-rounds": 3, "run-dir": str(run_dir), "lr": -0.1}, timeout=300)
     out = proc.stdout + proc.stderr
-    assert f"'{key}'" in out, out[-3000:]
-    assert not (run_dir / "metrics.jsonl").exists() or (run_dir / "metrics.jsonl").read_text() == ""
+    assert "run-config key 'lr' = -0.1 is not allowed: expected a number > 0" in out, out[-3000:]
+    assert not (run_dir / "metrics.jsonl").exists()
