@@ -90,7 +90,7 @@ class RunConfig:
     min_partition_size: int = key(10, non_negative, "Dirichlet: resample until every client has this many samples")
     num_clients: int = key(2, positive)
     local_test_fraction: float = key(0.0, half_open_unit, "share of each client's data held out as its local test split")
-    model: str = key("mlp", one_of("mlp", "cnn"))
+    model: str = key("mlp", one_of("mlp", "cnn", "fedspu-emnist", "fedspu-cifar10", "fedspu-speech"))
     mlp_hidden: str = key("64,64", int_list, "hidden widths of the MLP")
     num_server_rounds: int = key(10, positive)
     local_epochs: int = key(1, non_negative)

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 MODULES: dict[str, str] = {
     "fedavg": "fedapp.methods.fedavg",
     "fedprox": "fedapp.methods.fedprox",
+    "fedspu": "fedapp.methods.fedspu",
+    "fjord": "fedapp.methods.fjord",
+    "feddrop": "fedapp.methods.feddrop",
 }
 
 
