@@ -24,7 +24,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from fedapp.report import report
 
     out = Path(args.out) if args.out else Path(args.runs[0]).parent / "report"
-    md, png = report(args.runs, out, args.target, args.metric)
+    md, png = report(args.runs, out, args.target, args.metric, args.tiers)
     print(md)
     print(f"plot: {png}\ntable: {out / 'report.md'}")
     return 0
@@ -41,6 +41,7 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", help="output folder (default: <first run's parent>/report)")
     rep.add_argument("--target", type=float, default=None, help="accuracy target for rounds-to-target (default: the run's target-accuracy)")
     rep.add_argument("--metric", default="accuracy", help="metrics.jsonl key to plot (e.g. personalized_accuracy)")
+    rep.add_argument("--tiers", action="store_true", help="add rounds, client-rounds saved and train seconds by active fraction")
     rep.set_defaults(fn=cmd_report)
     return p
 
