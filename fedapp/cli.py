@@ -29,7 +29,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markdown import Markdown
 
-    md, png = report(args.runs, out, args.target, args.metric, args.baseline, frozenset(args.group_ignore), args.bytes)
+    md, png = report(args.runs, out, args.target, args.metric, args.baseline, frozenset(args.group_ignore), args.bytes, args.tiers)
     if sys.stdout.isatty():
         Console().print(Markdown(md))
     else:
@@ -54,6 +54,7 @@ def parser() -> argparse.ArgumentParser:
         "--group-ignore", action="append", default=[], metavar="KEY", help="config key that may differ within a group of seeds"
     )
     rep.add_argument("--bytes", choices=("both", "up", "down"), default="both", help="bytes on the accuracy-vs-communication axis")
+    rep.add_argument("--tiers", action="store_true", help="add rounds, client-rounds saved and train seconds by active fraction")
     rep.set_defaults(fn=cmd_report)
     add_data(sub)
     add_energy(sub)

@@ -28,8 +28,9 @@ NODE_FACTS = ("tier", "active-fraction", "device-name", "num-partitions")
 def state_store(cfg: RunConfig, context: Context) -> StateStore:
     if cfg.state_store == "context":
         return ContextStore(context)
-    root = context.node_config.get("state-dir") or str(Path(cfg.run_dir) / "client-state")
-    return DiskStore(str(root))
+    node_dir = context.node_config.get("state-dir")
+    # a node's own folder outlives runs: one subfolder per run, so no run reads another's state
+    return DiskStore(Path(str(node_dir)) / f"run-{context.run_id}" if node_dir else Path(cfg.run_dir) / "client-state")
 
 
 def load_global(model: torch.nn.Module, content: RecordDict) -> dict[str, np.ndarray]:

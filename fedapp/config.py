@@ -112,7 +112,7 @@ class RunConfig:
         "own-data: rest of the client's shards, else local-test-fraction of its data; test-set: its shards of the test set",
     )  # fmt: skip
     personalized_eval: bool = key(False, doc="evaluate every client on its local test split each round (on for personalised methods)")
-    model: str = key("mlp", one_of("mlp", "cnn", "cnn-bn", "resnet8", "resnet18"))
+    model: str = key("mlp", one_of("mlp", "cnn", "cnn-bn", "resnet8", "resnet18", "fedspu-emnist", "fedspu-cifar10", "fedspu-speech"))
     mlp_hidden: str = key("64,64", int_list, "hidden widths of the MLP")
     num_server_rounds: int = key(10, positive)
     local_epochs: int = key(1, non_negative)

@@ -225,6 +225,7 @@ def report(
     baseline: str | None = None,
     ignore: frozenset[str] = frozenset(),
     direction: str = "both",
+    tiers: bool = False,
 ) -> tuple[str, Path]:
     runs = load_runs(paths)
     if target is None:
@@ -232,7 +233,50 @@ def report(
     md = table(runs, target, key, ignore)
     if baseline is not None:
         md += "\n" + savings(runs, baseline, key, ignore)
+    if tiers:
+        md += "\n" + tier_table(runs, key, ignore)
     out = Path(out_dir)
     png = plot(runs, out / f"{key}.png", key, direction)
     (out / "report.md").write_text(md + f"\n![{key}]({png.name})\n")
     return md, png
+
+
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):.4f}" if values else "—"
+
+
+def _round_budget(config: dict[str, Any]) -> float:
+    """T x K: the client-rounds of a run that never stops early."""
+    per_round = max(1, round(float(config.get("fraction-train", 1)) * int(config.get("num-clients", 1))))
+    return float(config.get("num-server-rounds", 0)) * per_round
+
+
+def tier_table(runs: list[Run], key: str = "personalized_accuracy", ignore: frozenset[str] = frozenset()) -> str:
+    """Markdown table for tiered / early-stopping runs, one row per group of seeds:
+    final ``key``, rounds run, client-rounds trained and the share saved against
+    T x K, the first round with fewer than K active clients (``es_round_code``), and
+    the median local train seconds of a client-round by active fraction p (round 1,
+    which pays one-off warm-up, left out)."""
+    fractions = sorted({float(p) for run in runs for r in run.rows for p in (r.get("client_active_fraction") or {}).values()})
+    head = "| run | method | seeds | final " + key + " % | rounds | client-rounds | saved | code ES round (acc %) |"
+    head += "".join(f" train s, p={p:g} |" for p in fractions)
+    lines = [head, "|" + "---|" * (8 + len(fractions))]
+    for name, group in group_runs(runs, ignore).items():
+        finals = [r.series(key)[-1] for r in group if r.series(key)]
+        client_rounds = [float(sum(int(row.get("clients", 0)) for row in r.rows)) for r in group]
+        budget = [_round_budget(r.config) for r in group]
+        saved = [1 - c / b for c, b in zip(client_rounds, budget, strict=True) if b]
+        code = [(int(row["round"]), float(row.get(key) or 0)) for r in group for row in r.rows if "es_round_code" in row]
+        code_cell = f"{mean_std([float(c[0]) for c in code], digits=1)} ({mean_std([c[1] for c in code], 100)})" if code else "—"
+        secs: dict[float, list[float]] = {p: [] for p in fractions}
+        for run in group:
+            for row in run.rows[1:]:
+                for pid, p in (row.get("client_active_fraction") or {}).items():
+                    if pid in (row.get("train_seconds") or {}):
+                        secs[float(p)].append(float(row["train_seconds"][pid]))
+        lines.append(
+            f"| {name} | {group[0].config.get('method', '?')} | {len(group)} | {mean_std(finals, 100)} | "
+            f"{mean_std([float(len(r.rows)) for r in group], digits=1)} | {mean_std(client_rounds, digits=1)} | "
+            f"{mean_std(saved, 100, 1)} % | {code_cell} |" + "".join(f" {_median(secs[p])} |" for p in fractions)
+        )
+    return "\n".join(lines) + "\n"

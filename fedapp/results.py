@@ -1,11 +1,13 @@
 """Run folder: config.json (resolved config), metrics.jsonl (one row per round),
-the final global model (model.npz), written as the run goes so nothing done is lost."""
+the final global model (model.npz), written as the run goes so nothing done is lost.
+Starting a run empties the folder's ``client-state`` (the simulation's disk store)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,8 @@ class RunWriter:
     def __init__(self, run_dir: str | Path, config: dict[str, Any]):
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
+        # a new run must not start from an earlier run's personal models (default disk-store folder)
+        shutil.rmtree(self.dir / "client-state", ignore_errors=True)
         (self.dir / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         self.metrics_path = self.dir / "metrics.jsonl"
         self.metrics_path.write_text("")

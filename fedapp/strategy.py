@@ -141,7 +141,9 @@ class MaskedStrategy(Strategy):
             return []
         messages = []
         for pid, node in sorted(self.nodes.items()):
-            cfg = ConfigRecord({**dict(config), "server-round": server_round, "partition-id": pid})
+            cfg = ConfigRecord(
+                {**dict(config), **self.policy.eval_config(server_round, pid), "server-round": server_round, "partition-id": pid}
+            )
             content = RecordDict({"arrays": arrays, "config": cfg})
             messages.append(Message(content, dst_node_id=node, message_type=MessageType.EVALUATE, group_id=str(server_round)))
         return messages

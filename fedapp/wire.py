@@ -28,7 +28,7 @@ class WireError(ValueError):
 
 
 def to_record(arrays: dict[str, np.ndarray]) -> ArrayRecord:
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+    return ArrayRecord({k: Array(np.asarray(v, order="C")) for k, v in arrays.items()})  # keeps 0-d shapes (BN counters)
 
 
 def from_record(record: ArrayRecord) -> dict[str, np.ndarray]:

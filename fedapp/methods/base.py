@@ -99,6 +99,10 @@ class ServerPolicy:
     def node_task(self, server_round: int, pid: int) -> NodeTask:
         return NodeTask()
 
+    def eval_config(self, server_round: int, pid: int) -> dict[str, Scalar]:
+        """Per-node config of the personalised-evaluation message (e.g. the node's width)."""
+        return {}
+
     def weight(self, metrics: dict[str, float]) -> float:
         return 1.0 if self.cfg.client_weighting == "uniform" else float(metrics.get("num-examples", 0))
 

@@ -21,6 +21,9 @@ MODULES: dict[str, str] = {
     "fedavg-ft": "fedapp.methods.fedavg_ft",
     "fedper": "fedapp.methods.fedper",
     "fedpart": "fedapp.methods.fedpart",
+    "fedspu": "fedapp.methods.fedspu",
+    "fjord": "fedapp.methods.fjord",
+    "feddrop": "fedapp.methods.feddrop",
 }
 
 

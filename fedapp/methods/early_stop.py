@@ -1,0 +1,50 @@
+"""Loss-based early stopping of clients (FedSPU Alg. 2), kept on the server (spec S14).
+
+Each participation a client reports L = lambda*L_train + (1 - lambda)*L_val. It stops
+for good the first time L exceeds (``>``; or ``>=``) its value at its *previous
+participation*; a first participation never stops. The server samples only from the
+pool of non-stopped clients, all of them once fewer than K remain, and the run ends
+when the pool is empty. Living here rather than on the client, the registry survives
+SuperNode restarts and needs no client state.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+
+@dataclass
+class EarlyStopping:
+    clients: list[int]
+    per_round: int  # K
+    compare: str = ">"
+    enabled: bool = True
+    last: dict[int, float] = field(default_factory=dict)  # L at the previous participation
+    stopped: dict[int, int] = field(default_factory=dict)  # pid -> round it stopped
+    first_short_round: int | None = None  # first round with fewer than K clients to sample (spec S13)
+
+    @property
+    def pool(self) -> list[int]:
+        return [p for p in self.clients if p not in self.stopped]
+
+    def select(self, server_round: int, rng: random.Random) -> list[int]:
+        pool = self.pool
+        if len(pool) < self.per_round and self.first_short_round is None:
+            self.first_short_round = server_round
+        return sorted(rng.sample(pool, min(self.per_round, len(pool))))
+
+    def worse(self, new: float, old: float) -> bool:
+        return new >= old if self.compare == ">=" else new > old
+
+    def report(self, server_round: int, pid: int, loss: float) -> bool:
+        """Record one participation's loss; True when the client stops now."""
+        prev = self.last.get(pid)
+        self.last[pid] = loss
+        if self.enabled and pid not in self.stopped and prev is not None and self.worse(loss, prev):
+            self.stopped[pid] = server_round
+            return True
+        return False
+
+    def finished(self) -> bool:
+        return self.enabled and not self.pool

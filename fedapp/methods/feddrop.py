@@ -1,0 +1,34 @@
+"""Random federated dropout baseline: each round a fresh uniform random sub-model at
+the client's tier fraction (the same draw as FedSPU's), trained from the global
+values; no personal values are kept between rounds. A client is evaluated with the
+sub-model it trained last (its personal sub-model; w0 before its first round)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedapp.masks import neuron_layout
+from fedapp.methods.base import ClientJob
+from fedapp.methods.dropout import SubModelClient
+from fedapp.methods.registry import Method
+from fedapp.methods.tiers import TieredServer, TierParams, initial_model, load_state, local_scores, state_of
+from fedapp.submodel import extract_submodel
+
+NEURONS = "neurons:"
+
+
+class FedDropClient(SubModelClient):
+    def after_train(self, job: ClientJob, neurons: list[np.ndarray]) -> None:
+        names = [layer.name for layer in neuron_layout(job.model).hidden]
+        job.store.save(job.pid, {**state_of(job.model), **{NEURONS + n: m for n, m in zip(names, neurons, strict=True)}})
+
+    def evaluate(self, job: ClientJob) -> dict[str, float]:
+        saved = job.store.load(job.pid)
+        if not saved:
+            return local_scores(initial_model(self.cfg), job)
+        load_state(job.model, {k: v for k, v in saved.items() if not k.startswith(NEURONS)})
+        names = [layer.name for layer in neuron_layout(job.model).hidden]
+        return local_scores(extract_submodel(job.model, [saved[NEURONS + n] for n in names])[0], job)
+
+
+METHOD = Method("feddrop", TieredServer, FedDropClient, TierParams)

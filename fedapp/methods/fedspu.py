@@ -1,0 +1,58 @@
+"""FedSPU: stochastic parameter update on personal full models (Niu et al. 2024).
+
+Each round a client writes the global values into its active entries (kept neurons
+of every hidden layer, chosen by the server at its tier's fraction p), keeps its own
+values in the frozen entries, trains the *full* model with frozen gradients masked
+out, and uploads only the active entries. The whole trained model is its new
+personal model (disk store). It reports lambda*L_train + (1-lambda)*L_val for early
+stopping. Frozen neurons still run forward and backward, so masking saves upload
+but not compute (docs/results-fedspu.md measures this).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, train_metrics
+from fedapp.methods.registry import Method
+from fedapp.methods.tiers import (
+    TieredServer,
+    TierParams,
+    active_masks,
+    es_metrics,
+    initial_model,
+    job_neurons,
+    load_state,
+    local_scores,
+    state_of,
+)
+
+
+def merge(model: torch.nn.Module, personal: dict[str, np.ndarray], active: dict[str, np.ndarray]) -> None:
+    """Active entries keep the global values already in ``model``; all else is personal."""
+    current = state_of(model)
+    load_state(model, {k: np.where(active[k], v, personal[k]) if k in active else personal[k] for k, v in current.items()})
+
+
+class FedSPUClient(ClientPolicy):
+    params: TierParams
+
+    def train(self, job: ClientJob) -> ClientResult:
+        active = active_masks(job, job_neurons(job))
+        merge(job.model, job.store.load(job.pid) or state_of(initial_model(self.cfg)), active)
+        params = dict(job.model.named_parameters())
+        stats = self.fit(job, {k: torch.from_numpy(m) for k, m in active.items() if k in params})
+        job.store.save(job.pid, state_of(job.model))
+        return ClientResult(metrics={**train_metrics(stats), **es_metrics(job.model, job, stats.loss, self.params.es_lambda)}, masks=active)
+
+    def evaluate(self, job: ClientJob) -> dict[str, float]:
+        """The stored personal model (w0 if never selected) on the local test split."""
+        personal = job.store.load(job.pid)
+        model = job.model if personal else initial_model(self.cfg)
+        if personal:
+            load_state(model, personal)
+        return local_scores(model, job)
+
+
+METHOD = Method("fedspu", TieredServer, FedSPUClient, TierParams)

@@ -1,0 +1,30 @@
+"""FjORD baseline (spec §1.5, S19): a tier-p client always trains the leftmost
+max(1, floor(p*width)) neurons of every hidden layer (ordered dropout at a fixed
+width), averaged per parameter over contributors; it is evaluated with the global
+sub-model of its width on its local test split, as in the FedSPU paper's Table 1."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedapp.masks import neuron_layout
+from fedapp.methods.base import ClientJob
+from fedapp.methods.dropout import SubModelClient
+from fedapp.methods.registry import Method
+from fedapp.methods.tiers import TieredServer, TierParams, leftmost_neurons, local_scores
+from fedapp.submodel import extract_submodel
+
+
+class FjORDServer(TieredServer):
+    def neurons(self, server_round: int, pid: int) -> list[np.ndarray]:
+        return leftmost_neurons(self.layout.widths, self.p[pid], self.params.kept_rounding)
+
+
+class FjORDClient(SubModelClient):
+    def evaluate(self, job: ClientJob) -> dict[str, float]:
+        p = float(job.config["active-fraction"])
+        neurons = leftmost_neurons(neuron_layout(job.model).widths, p, self.params.kept_rounding)
+        return local_scores(extract_submodel(job.model, neurons)[0], job)
+
+
+METHOD = Method("fjord", FjORDServer, FjORDClient, TierParams)

@@ -1,0 +1,209 @@
+"""Device tiers and per-round neuron selection shared by FedSPU, FjORD and FedDrop.
+
+A client's active fraction p comes from what its node reported in the discovery
+query (node-config ``active-fraction``, or ``tier`` = index into run-config
+``tiers``); a simulated node reports neither, so p follows the partition id in equal
+contiguous clusters over ``tiers`` (spec §3: ids 0-19 -> 0.2, ..., 80-99 -> 1.0).
+
+Each round the server picks the kept neurons of every hidden layer (output units are
+never masked) and sends them as packed bits in the ``neuron-masks`` record, or as a
+seed the client expands (``mask-transport = "seed"``); it sends only the global
+values of the induced parameter set (``download_masks``), and the upload carries
+exactly that set, so the server averages every parameter over its contributors.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedapp.config import ConfigError, RunConfig, float_list, key, one_of, unit_interval
+from fedapp.data import dataset_for
+from fedapp.evaluate import evaluate
+from fedapp.masks import model_param_masks, neuron_layout
+from fedapp.methods.base import ClientJob, NodeTask, Reply, Scalar, ServerPolicy
+from fedapp.methods.early_stop import EarlyStopping
+from fedapp.models import build_model
+
+RECORD = "neuron-masks"
+
+
+@dataclass(frozen=True)
+class TierParams:
+    """Run-config keys of the tiered sub-network methods (fedspu, fjord, feddrop)."""
+
+    tiers: str = key("0.2,0.4,0.6,0.8,1.0", float_list, "active fractions of the device tiers; simulated clients fill them in id order")
+    early_stopping: bool = key(False, doc="clients stop for good when their train/val loss rises (FedSPU Alg. 2)")
+    es_lambda: float = key(0.7, unit_interval, "early-stopping loss = lambda*train loss + (1-lambda)*local-test loss")
+    es_compare: str = key(">", one_of(">", ">="), "a client stops when its loss is > (paper) or >= (code) its previous one")
+    mask_transport: str = key("bits", one_of("bits", "seed"), "neuron selection sent as packed bits or as a seed the client expands")
+    kept_rounding: str = key("floor", one_of("floor", "ceil"), "kept neurons per layer: max(1, floor(p*width)) or ceil(p*width)")
+
+    @property
+    def tier_values(self) -> list[float]:
+        return [float(x) for x in self.tiers.split(",")]
+
+
+def active_fraction(pid: int, facts: dict[str, Any], params: TierParams, num_clients: int) -> float:
+    """p for one client: node-config ``active-fraction``, else ``tier``, else its id cluster."""
+    tiers = params.tier_values
+    if "active-fraction" in facts:
+        p = facts["active-fraction"]
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
+            raise ConfigError(f"node-config key 'active-fraction' = {p!r} (partition-id {pid}) is not allowed: expected a number in (0, 1]")
+        return float(p)
+    if "tier" in facts:
+        t = facts["tier"]
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < len(tiers):
+            raise ConfigError(
+                f"node-config key 'tier' = {t!r} (partition-id {pid}) is not allowed: expected an index 0..{len(tiers) - 1} "
+                f"into run-config 'tiers' = {params.tiers!r}"
+            )
+        return tiers[t]
+    return tiers[pid * len(tiers) // num_clients]
+
+
+def kept_count(width: int, p: float, rounding: str = "floor") -> int:
+    """Neurons kept in a layer of ``width`` at fraction p (spec S18: max(1, floor(p*width)))."""
+    exact = p * width
+    n = math.ceil(exact - 1e-9) if rounding == "ceil" else math.floor(exact + 1e-9)
+    return min(width, max(1, n))
+
+
+def random_neurons(widths: tuple[int, ...], p: float, seed: int, rounding: str = "floor") -> list[np.ndarray]:
+    """Uniform random kept neurons per layer, without replacement; all of them when p >= 0.99."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for w in widths:
+        m = np.zeros(w, bool)
+        m[rng.choice(w, size=w if p >= 0.99 else kept_count(w, p, rounding), replace=False)] = True
+        out.append(m)
+    return out
+
+
+def leftmost_neurons(widths: tuple[int, ...], p: float, rounding: str = "floor") -> list[np.ndarray]:
+    """Ordered dropout (FjORD): the first kept_count neurons of every layer."""
+    return [np.arange(w) < kept_count(w, p, rounding) for w in widths]
+
+
+def neuron_seed(seed: int, server_round: int, pid: int) -> int:
+    """Seed of one client's selection in one round (spec S1: run seed, round, partition id)."""
+    return int(np.random.SeedSequence([seed, server_round, pid]).generate_state(1)[0])
+
+
+def pack(layer_names: list[str], neurons: list[np.ndarray]) -> dict[str, np.ndarray]:
+    return {name: np.packbits(m) for name, m in zip(layer_names, neurons, strict=True)}
+
+
+def initial_model(cfg: RunConfig) -> torch.nn.Module:
+    """w0: the seeded initial model, which server and clients rebuild identically."""
+    ds = dataset_for(cfg)
+    return build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
+
+
+def job_neurons(job: ClientJob) -> list[np.ndarray]:
+    """The kept neurons the server chose for this client this round (bits or seed)."""
+    layout = neuron_layout(job.model)
+    names = [layer.name for layer in layout.hidden]
+    if "neuron-seed" in job.config:
+        params: TierParams = job.params
+        p = float(job.config["active-fraction"])
+        return random_neurons(layout.widths, p, int(job.config["neuron-seed"]), params.kept_rounding)
+    bits = job.records.get(RECORD)
+    if bits is None:  # full model (p >= 0.99): active_masks checks everything was sent
+        return [np.ones(w, bool) for w in layout.widths]
+    if set(bits) != set(names):
+        raise ValueError(f"{RECORD!r} names layers {sorted(bits)}, model has hidden layers {names}")
+    return [np.unpackbits(bits[n], count=w).astype(bool) for n, w in zip(names, layout.widths, strict=True)]
+
+
+def active_masks(job: ClientJob, neurons: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """Parameter masks of the active set; checks the server sent global values for all of it."""
+    masks = model_param_masks(job.model, neurons)
+    for k, m in masks.items():
+        if not job.received[k][m].all():
+            raise ValueError(f"server did not send the global values of every active entry of {k}")
+    return masks
+
+
+def state_of(model: torch.nn.Module) -> dict[str, np.ndarray]:
+    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def load_state(model: torch.nn.Module, arrays: dict[str, np.ndarray]) -> None:
+    model.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in arrays.items()})
+
+
+def local_scores(model: torch.nn.Module, job: ClientJob) -> dict[str, float]:
+    """Accuracy and loss on the local test split, in eval mode (BN statistics untouched)."""
+    x, y = job.tensors("test")
+    acc, loss = evaluate(model, x, y)
+    return {"accuracy": acc, "loss": loss, "num-examples": int(x.shape[0])}
+
+
+def es_metrics(model: torch.nn.Module, job: ClientJob, train_loss: float, lam: float) -> dict[str, float]:
+    """The local-test loss of the trained model and the early-stopping loss (spec §1.3)."""
+    val_loss = local_scores(model, job)["loss"]
+    return {"val-loss": val_loss, "es-loss": lam * train_loss + (1 - lam) * val_loss}
+
+
+class TieredServer(ServerPolicy):
+    """Server half shared by the tiered methods: p per client from discovery, per-round
+    neuron selection (``neurons``), personalised evaluation, optional early stopping."""
+
+    personalized_eval = True
+    params: TierParams
+
+    def __init__(self, cfg: RunConfig, params: Any, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Scalar]]):
+        super().__init__(cfg, params, initial, node_info)
+        pids = sorted(node_info) or list(range(cfg.num_clients))
+        self.p = {pid: active_fraction(pid, node_info.get(pid, {}), params, cfg.num_clients) for pid in pids}
+        model = initial_model(cfg)
+        self.layout = neuron_layout(model)
+        self.model = model
+        per_round = max(1, round(cfg.fraction_train * len(pids)))
+        self.es = EarlyStopping(pids, per_round, params.es_compare, params.early_stopping)
+
+    def neurons(self, server_round: int, pid: int) -> list[np.ndarray]:
+        """Kept neurons per hidden layer for this client and round (random by default)."""
+        p = self.p[pid]
+        return random_neurons(self.layout.widths, p, neuron_seed(self.cfg.seed, server_round, pid), self.params.kept_rounding)
+
+    def select(self, server_round: int, pids: list[int], rng: random.Random) -> list[int]:
+        return self.es.select(server_round, rng)
+
+    def node_task(self, server_round: int, pid: int) -> NodeTask:
+        neurons = self.neurons(server_round, pid)
+        task = NodeTask(config={"active-fraction": self.p[pid]})
+        if all(m.all() for m in neurons):
+            return task  # full model: dense download, nothing to select
+        if self.params.mask_transport == "seed":
+            task.config["neuron-seed"] = neuron_seed(self.cfg.seed, server_round, pid)
+        else:
+            task.records[RECORD] = pack([layer.name for layer in self.layout.hidden], neurons)
+        task.download_masks = model_param_masks(self.model, neurons)
+        return task
+
+    def eval_config(self, server_round: int, pid: int) -> dict[str, Scalar]:
+        return {"active-fraction": self.p[pid]}
+
+    def after_round(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
+        for r in replies:
+            if "es-loss" in r.metrics:
+                self.es.report(server_round, r.pid, r.metrics["es-loss"])
+        row: dict[str, Any] = {
+            "active_clients": len(self.es.pool),
+            "stopped_clients": len(self.es.stopped),
+            "client_active_fraction": {str(r.pid): self.p[r.pid] for r in sorted(replies, key=lambda r: r.pid)},
+        }
+        if self.es.first_short_round == server_round:
+            row["es_round_code"] = server_round
+        return row
+
+    def finished(self, server_round: int) -> bool:
+        return self.es.finished()
