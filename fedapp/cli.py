@@ -1,4 +1,4 @@
-"""The ``fedapp`` command: run (in-process engine), report."""
+"""The ``fedapp`` command: run (in-process engine), report, deploy (real SuperLink/SuperNodes)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 from fedapp.config import ConfigError, load_toml_config, parse_overrides
+from fedapp.deploy import DeployError
+from fedapp.deploy.cli import add_parser as add_deploy
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -48,6 +50,7 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--target", type=float, default=None, help="accuracy target for rounds-to-target (default: the run's target-accuracy)")
     rep.add_argument("--metric", default="accuracy", help="metrics.jsonl key to plot (e.g. personalized_accuracy)")
     rep.set_defaults(fn=cmd_report)
+    add_deploy(sub)
     return p
 
 
@@ -55,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.fn(args))
-    except (ConfigError, FileNotFoundError) as err:
+    except (ConfigError, DeployError, FileNotFoundError) as err:
         print(f"fedapp: error: {err}", file=sys.stderr)
         return 2
 
