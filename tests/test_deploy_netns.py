@@ -10,7 +10,7 @@ import pytest
 
 from tests.deploy_harness import Federation, rows
 from tests.netns import Netns, unavailable
-from tests.test_deploy import RUN, dense_bytes, wait_rows
+from tests.test_deploy import RUN, dense_bytes, wait_round
 
 pytestmark = [pytest.mark.flwr, pytest.mark.slow]
 
@@ -25,10 +25,10 @@ def test_link_cut_mid_round_is_survived_and_the_node_rejoins(tmp_path: Path) -> 
         fed.start()
         run_dir = tmp_path / "run"
         proc = fed.submit({**RUN, "num-server-rounds": 4, "run-dir": str(run_dir)}, "run-netns")
-        wait_rows(run_dir, 1, proc)
+        wait_round(run_dir, 1, proc)
         before = [netns.received(i) for i in range(3)]
         netns.cut(CUT)  # round 2 is in flight
-        wait_rows(run_dir, 2, proc)
+        wait_round(run_dir, 2, proc)
         netns.restore(CUT)
         proc.wait(timeout=900)
         fed.runs.remove(proc)
