@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,21 +40,34 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "fedapp"), x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
+HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
+
+
+def split_host(raw: str) -> str:
+    """The host of ``host``, ``host:port``, ``v6`` or ``[v6]:port``; a bad port is an error."""
+    text = raw.strip()
+    if text.startswith("[") and "]" in text:
+        host, port = text[1 : text.index("]")], text[text.index("]") + 1 :].removeprefix(":")
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    else:
+        host, port = text, ""
+    if port and not port.isdigit():
+        raise DeployError(f"address {raw!r}: port {port!r} is not a number")
+    return host
+
+
 def san_entries(addresses: list[str]) -> list[x509.GeneralName]:
-    """IP literals become IP SANs, anything else a DNS SAN (``host`` or ``host:port``)."""
+    """IP literals become IP SANs, host names DNS SANs (a ``:port`` suffix is ignored)."""
     if not addresses:
         raise DeployError("give at least one address the SuperNodes dial (e.g. --address 127.0.0.1)")
     out: list[x509.GeneralName] = []
     for raw in addresses:
-        host = raw.strip()
-        if host.startswith("[") and "]" in host:  # [v6]:port
-            host = host[1 : host.index("]")]
-        elif host.count(":") == 1:  # host:port or v4:port
-            host = host.split(":")[0]
+        host = split_host(raw)
         try:
             out.append(x509.IPAddress(ipaddress.ip_address(host)))
         except ValueError:
-            if not host or any(c.isspace() or c in "/\\@" for c in host):
+            if not HOSTNAME.fullmatch(host):
                 raise DeployError(f"address {raw!r} is neither an IP address nor a DNS name") from None
             out.append(x509.DNSName(host))
     return out
