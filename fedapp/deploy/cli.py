@@ -7,6 +7,7 @@ import argparse
 import shlex
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 from fedapp.deploy import DeployError
@@ -40,12 +41,16 @@ def cmd_connection(args: argparse.Namespace) -> int:
 
 
 def cmd_register(args: argparse.Namespace) -> int:
+    """Idempotent: a key the SuperLink already holds counts as registered (compose re-runs this)."""
     from fedapp.deploy.commands import register_argv
 
     for pub in args.public_keys:
-        rc = subprocess.call(register_argv(pub, args.connection, Path(pub).name.removesuffix(".pub")))
-        if rc != 0:
-            return rc
+        proc = subprocess.run(register_argv(pub, args.connection, Path(pub).name.removesuffix(".pub")), capture_output=True, text=True)
+        out = proc.stdout + proc.stderr
+        if proc.returncode != 0 and "already in use" not in out:
+            print(out, end="", file=sys.stderr)
+            return proc.returncode
+        print(out.strip() if proc.returncode == 0 else f"{pub}: already registered")
     return 0
 
 
