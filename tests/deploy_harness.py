@@ -114,12 +114,12 @@ class Federation:
 
     def register(self) -> None:
         """`fedapp deploy register` for every node key (in parallel: each CLI call costs seconds)."""
-        procs = [self._cli([PY, "-m", "fedapp", "deploy", "register", "--connection", CONNECTION, str(pub)]) for _, pub in self.keys]
+        procs = [self.cli([PY, "-m", "fedapp", "deploy", "register", "--connection", CONNECTION, str(pub)]) for _, pub in self.keys]
         for proc in procs:
             out, _ = proc.communicate(timeout=180)
             assert proc.returncode == 0, out
 
-    def _cli(self, argv: list[str]) -> subprocess.Popen[str]:
+    def cli(self, argv: list[str]) -> subprocess.Popen[str]:
         if self.netns:
             argv = ["ip", "netns", "exec", self.netns.link, *argv]
         return subprocess.Popen(argv, cwd=ROOT, env=base_env(self.home), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -169,7 +169,7 @@ class Federation:
 
     def online(self) -> int:
         """SuperNodes the SuperLink reports online (`flwr supernode ls --format json`)."""
-        proc = self._cli([FLWR, "supernode", "ls", CONNECTION, "--format", "json"])
+        proc = self.cli([FLWR, "supernode", "ls", CONNECTION, "--format", "json"])
         out, _ = proc.communicate(timeout=120)
         try:
             nodes = json.loads(out[out.index("{") :])["nodes"]

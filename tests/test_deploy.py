@@ -14,7 +14,7 @@ import pytest
 
 from fedapp import checkpoint, wire
 from fedapp.methods.registry import MODULES
-from tests.deploy_harness import Federation, base_env, io_bytes, rows
+from tests.deploy_harness import CONNECTION, PY, Federation, base_env, io_bytes, rows
 from tests.flwr_harness import ROOT
 
 pytestmark = pytest.mark.flwr
@@ -77,7 +77,10 @@ def test_fedavg_three_rounds_over_tls_with_registered_nodes(fed: Federation) -> 
     print(f"\nfedavg: per-client upload {per_client} B, SuperNode socket+log writes {sent}, round seconds {[r['seconds'] for r in out]}")
 
 
-def test_unregistered_node_is_refused(fed: Federation) -> None:
+def test_unregistered_node_is_refused_and_registering_again_is_harmless(fed: Federation) -> None:
+    again = fed.cli([PY, "-m", "fedapp", "deploy", "register", "--connection", CONNECTION, str(fed.keys[0][1])])
+    out, _ = again.communicate(timeout=180)
+    assert again.returncode == 0 and "already registered" in out, out
     node_dir = fed.tmp / "node-rogue"
     node_dir.mkdir()
     argv = fed.node_argv(0, fed.rogue_key[0], restart=False)
