@@ -4,6 +4,7 @@ ssh-keygen reads the keys, Flower's own parsers accept the command lines and con
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -29,6 +30,7 @@ def openssl(*args: str) -> str:
     return subprocess.run(["openssl", *args], capture_output=True, text=True, check=True).stdout
 
 
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl (the independent check) is not installed")
 def test_certs_verify_with_openssl_and_name_every_address(tmp_path: Path) -> None:
     files = make_certs(["127.0.0.1", "superlink", "localhost:8000", "[::1]:8000"], tmp_path)
     assert "OK" in openssl("verify", "-CAfile", str(files.ca_cert), str(files.server_cert))
@@ -49,6 +51,7 @@ def test_certs_reject_what_is_not_an_address(tmp_path: Path, bad: str) -> None:
         make_certs([bad], tmp_path)
 
 
+@pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="ssh-keygen (the independent check) is not installed")
 def test_node_keys_are_openssh_ec_keys_flower_accepts_and_are_kept(tmp_path: Path) -> None:
     pairs = make_node_keys(2, tmp_path)
     out = subprocess.run(["ssh-keygen", "-l", "-f", str(pairs[1][1])], capture_output=True, text=True, check=True).stdout
