@@ -62,7 +62,10 @@ def cmdline(pid: int) -> str:
 
 def stop_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, wait: float = 20.0) -> None:
     """Signal the process group ``proc`` leads (its own session) and every process it spawned
-    (Flower starts some helpers in sessions of their own), then make sure all are gone."""
+    (Flower starts some helpers in sessions of their own), then make sure all are gone.
+    A process already reaped is left alone: its pid may belong to someone else by now."""
+    if proc.returncode is not None:
+        return
     spawned = {p: cmdline(p) for p in descendants(proc.pid)}
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)
@@ -157,6 +160,7 @@ class Federation:
         stop_group(self.superlink, signal.SIGKILL)
         for run in self.runs:  # the CLI streaming that run's log loses its SuperLink too
             stop_group(run, signal.SIGKILL)
+        self.runs.clear()
 
     def stop(self) -> None:
         for proc in [*self.runs, *self.nodes.values(), *([self.superlink] if self.superlink else [])]:
