@@ -1,4 +1,4 @@
-"""The ``fedapp`` command: run (in-process engine), report, data fetch/check/list, energy join/probe."""
+"""The ``fedapp`` command: run (in-process engine), report, data, energy, deploy (real SuperLink/SuperNodes)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from pathlib import Path
 
 from fedapp.config import ConfigError, load_toml_config, parse_overrides
 from fedapp.data.cli import add_data
+from fedapp.deploy import DeployError
+from fedapp.deploy.cli import add_parser as add_deploy
 from fedapp.energy.cli import add_energy
 
 
@@ -58,6 +60,7 @@ def parser() -> argparse.ArgumentParser:
     rep.set_defaults(fn=cmd_report)
     add_data(sub)
     add_energy(sub)
+    add_deploy(sub)
     return p
 
 
@@ -67,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.fn(args))
-    except (ConfigError, FileNotFoundError, FetchError) as err:
+    except (ConfigError, DeployError, FileNotFoundError, FetchError) as err:
         print(f"fedapp: error: {err}", file=sys.stderr)
         return 2
 

@@ -3,7 +3,10 @@ encode the reply. The ClientApp in client_app.py is a thin shell around this."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,12 +28,22 @@ from fedapp.strategy import RESERVED
 NODE_FACTS = ("tier", "active-fraction", "device-name", "num-partitions")
 
 
-def state_store(cfg: RunConfig, context: Context) -> StateStore:
-    if cfg.state_store == "context":
+def state_store(cfg: RunConfig, context: Context, run_token: str = "") -> StateStore:
+    """Context.state, or a folder per run on disk: under the node's ``state-dir`` (survives a
+    SuperNode restart or a reboot) or the run folder. The server's run token names the folder,
+    so a resumed run finds its clients' state and a fresh run in the same run-dir starts clean."""
+    node_dir = str(context.node_config.get("state-dir", "") or "")
+    kind = cfg.state_store if cfg.state_store != "auto" else ("disk" if node_dir else "context")
+    if kind == "context":
         return ContextStore(context)
-    node_dir = context.node_config.get("state-dir")
-    # a node's own folder outlives runs: one subfolder per run, so no run reads another's state
-    return DiskStore(Path(str(node_dir)) / f"run-{context.run_id}" if node_dir else Path(cfg.run_dir) / "client-state")
+    root = Path(node_dir) if node_dir else Path(cfg.run_dir) / "client-state"
+    return DiskStore(root / run_token if run_token else root)
+
+
+def node_local(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
+    """A node's own ``data-root`` wins over the run-config's: each device knows where its data lives."""
+    root = node_config.get("data-root")
+    return dataclasses.replace(cfg, data_root=str(root)) if root else cfg
 
 
 def load_global(model: torch.nn.Module, content: RecordDict) -> dict[str, np.ndarray]:
@@ -53,6 +66,7 @@ def load_global(model: torch.nn.Module, content: RecordDict) -> dict[str, np.nda
 
 def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
     cfg, method, params = resolve(context.run_config)
+    cfg = node_local(cfg, context.node_config)
     configure_threads(cfg.num_threads)
     config = dict(msg.content["config"])  # type: ignore[arg-type]
     pid = int(config.get("partition-id", context.node_config["partition-id"]))  # type: ignore[arg-type]
@@ -62,7 +76,8 @@ def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
     received = load_global(model, msg.content)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + server_round * 10_007 + pid)
     records = {n: wire.from_record(r) for n, r in msg.content.array_records.items() if n not in RESERVED}
-    job = ClientJob(cfg, params, pid, server_round, config, records, model, received, client_data(cfg, pid), state_store(cfg, context), gen)  # type: ignore[arg-type]
+    store = state_store(cfg, context, str(config.get("run-token", "")))
+    job = ClientJob(cfg, params, pid, server_round, config, records, model, received, client_data(cfg, pid), store, gen)  # type: ignore[arg-type]
     return job, method.client(cfg, params)
 
 

@@ -128,7 +128,10 @@ class RunConfig:
     fraction_train: float = key(1.0, fraction, "share of clients sampled per round")
     min_replies: int = key(1, positive, "fewest replies a round aggregates; fewer leaves the model unchanged")
     round_timeout: float = key(3600.0, positive, "seconds the server waits for replies each round")
-    state_store: str = key("context", one_of("context", "disk"), "where client state lives between rounds")
+    resume: bool = key(False, doc="continue the run in run-dir from its last checkpointed round (after a SuperLink restart)")
+    state_store: str = key(
+        "auto", one_of("auto", "context", "disk"), "where client state lives between rounds; auto: disk where the node sets state-dir"
+    )
     num_threads: int = key(1, positive, "torch/BLAS threads per client process")
     seed: int = key(0, non_negative)
     run_dir: str = key("runs/default")

@@ -32,14 +32,18 @@ def _clean(v: Any) -> Any:
 
 
 class RunWriter:
-    def __init__(self, run_dir: str | Path, config: dict[str, Any]):
+    def __init__(self, run_dir: str | Path, config: dict[str, Any], keep_rounds: int = 0):
+        """Start ``metrics.jsonl`` afresh, or (resuming) keep its rows up to round ``keep_rounds``."""
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        # a new run must not start from an earlier run's personal models (default disk-store folder)
-        shutil.rmtree(self.dir / "client-state", ignore_errors=True)
+        if not keep_rounds:  # a new run must not start from an earlier run's personal models
+            shutil.rmtree(self.dir / "client-state", ignore_errors=True)
         (self.dir / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         self.metrics_path = self.dir / "metrics.jsonl"
-        self.metrics_path.write_text("")
+        kept = [r for r in read_metrics(self.dir) if int(r["round"]) <= keep_rounds] if keep_rounds and self.metrics_path.exists() else []
+        tmp = self.metrics_path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        tmp.replace(self.metrics_path)
 
     def append(self, row: dict[str, Any]) -> None:
         with self.metrics_path.open("a") as fh:

@@ -72,12 +72,19 @@ class DiskStore:
             return {k: data[k] for k in data.files}
 
     def save(self, pid: int, arrays: dict[str, np.ndarray]) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, **arrays)  # type: ignore[arg-type]
-            os.replace(tmp, self.path(pid))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        save_npz_atomic(self.path(pid), arrays)
+
+
+def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Write ``path`` so that a crash leaves either the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **arrays)  # type: ignore[arg-type]
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

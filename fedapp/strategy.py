@@ -42,12 +42,14 @@ class RoundStats:
     bytes_down: int = 0
     coverage: float = 0.0
     reasons: list[str] = field(default_factory=list)
+    failed_pids: list[int] = field(default_factory=list)
     client_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
 
     def row(self) -> dict[str, Any]:
         return {
             "clients": self.clients, "failures": self.failures, "bytes_up": self.bytes_up,
             "bytes_up_eval": self.bytes_up_eval, "bytes_down": self.bytes_down, "coverage": self.coverage,
+            "failed_pids": self.failed_pids, "failure_reasons": [r[:300] for r in self.reasons],
         }  # fmt: skip
 
 
@@ -62,6 +64,7 @@ class MaskedStrategy(Strategy):
         """``nodes`` maps partition id -> Flower node id (from discovery)."""
         self.cfg, self.policy, self.nodes = cfg, policy, dict(nodes)
         self.rng = random.Random(cfg.seed)
+        self.sent_pids: list[int] = []
         self.global_np: dict[str, np.ndarray] = {}
         self.stats = RoundStats()
         self.eval_stats: dict[str, Any] = {}
@@ -74,6 +77,7 @@ class MaskedStrategy(Strategy):
         chosen = self.policy.select(server_round, sorted(self.nodes), self.rng)
         self.stats = RoundStats()
         self.extra_metrics = {}
+        self.sent_pids = list(chosen)
         messages = []
         for pid in chosen:
             task = self.policy.node_task(server_round, pid)
@@ -88,9 +92,14 @@ class MaskedStrategy(Strategy):
                 content[name] = wire.to_record(record)
             content["config"] = ConfigRecord({**dict(config), **task.config, "server-round": server_round, "partition-id": pid})
             self.stats.bytes_down += record_bytes(content)
-            messages.append(Message(content, dst_node_id=self.nodes[pid], message_type=MessageType.TRAIN, group_id=str(server_round)))
+            messages.append(self._message(content, pid, MessageType.TRAIN, server_round))
         self.stats.sent = len(messages)
         return messages
+
+    def _message(self, content: RecordDict, pid: int, message_type: str, server_round: int) -> Message:
+        """A message that expires with the round: a node that reconnects late never trains on a stale round."""
+        node = self.nodes[pid]
+        return Message(content, dst_node_id=node, message_type=message_type, group_id=str(server_round), ttl=self.cfg.round_timeout)
 
     def decode(self, msg: Message) -> Reply:
         content = msg.content
@@ -121,6 +130,7 @@ class MaskedStrategy(Strategy):
             ok.append(reply)
         for _ in range(self.stats.sent - received):
             self._fail("no reply before round-timeout")
+        self.stats.failed_pids = sorted(set(self.sent_pids) - {r.pid for r in ok})
         self.stats.clients = len(ok)
         if len(ok) < self.cfg.min_replies:
             log.warning("round %d: %d replies < min-replies %d; global model unchanged", server_round, len(ok), self.cfg.min_replies)
@@ -140,12 +150,12 @@ class MaskedStrategy(Strategy):
         if not (self.policy.personalized_eval or self.cfg.personalized_eval):
             return []
         messages = []
-        for pid, node in sorted(self.nodes.items()):
+        for pid in sorted(self.nodes):
             cfg = ConfigRecord(
                 {**dict(config), **self.policy.eval_config(server_round, pid), "server-round": server_round, "partition-id": pid}
             )
             content = RecordDict({"arrays": arrays, "config": cfg})
-            messages.append(Message(content, dst_node_id=node, message_type=MessageType.EVALUATE, group_id=str(server_round)))
+            messages.append(self._message(content, pid, MessageType.EVALUATE, server_round))
         return messages
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:

@@ -52,7 +52,7 @@ def federation(tmp: Path, name: str, store: str, restart: bool) -> dict[str, obj
         assert new is not None
         record = new
         if rnd == RESTART_AFTER:
-            before = [DiskStore(state_dir / "run-1").load(p) for p in range(N)] if store == "disk" else None
+            before = [DiskStore(state_dir).load(p) for p in range(N)] if store == "disk" else None
             if restart:  # stop every client: fresh Context, empty state, same node config
                 grid.contexts = {
                     nid: Context(1, nid, dict(c.node_config), RecordDict(), dict(c.run_config)) for nid, c in grid.contexts.items()
@@ -62,11 +62,11 @@ def federation(tmp: Path, name: str, store: str, restart: bool) -> dict[str, obj
             out["eval"] = dict(strategy.eval_stats)
             if before is not None:
                 out["survived"] = all(
-                    set(b) == set(a := DiskStore(state_dir / "run-1").load(p)) and all(np.array_equal(b[k], a[k]) for k in b)
+                    set(b) == set(a := DiskStore(state_dir).load(p)) and all(np.array_equal(b[k], a[k]) for k in b)
                     for p, b in enumerate(before)
                 )
     out["global"] = wire.from_record(record)
-    out["state"] = [DiskStore(state_dir / "run-1").load(p) for p in range(N)] if store == "disk" else None
+    out["state"] = [DiskStore(state_dir).load(p) for p in range(N)] if store == "disk" else None
     return out
 
 

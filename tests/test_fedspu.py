@@ -33,7 +33,7 @@ from fedapp.methods.tiers import (
     load_state,
     random_neurons,
 )
-from fedapp.server import discover
+from fedapp.roster import Roster
 from fedapp.state import DiskStore
 from fedapp.strategy import MaskedStrategy
 
@@ -52,7 +52,9 @@ class Federation:
         self.raw = full_config({**BASE, "run-dir": str(tmp), **overrides})
         self.cfg, method, self.params = resolve(self.raw)
         self.grid = LocalGrid(app, self.raw, self.cfg.num_clients, node_configs)
-        nodes, info = discover(self.grid, self.cfg.num_clients, 5.0)
+        roster = Roster(self.grid, self.cfg.num_clients)
+        roster.discover(5.0)
+        nodes, info = roster.nodes, roster.info
         self.w0 = {k: v.detach().numpy().copy() for k, v in initial_model(self.cfg).state_dict().items()}
         self.policy: Any = method.server(self.cfg, self.params, self.w0, info)
         self.strategy = MaskedStrategy(self.cfg, self.policy, nodes)

@@ -116,6 +116,14 @@ class ServerPolicy:
     def finished(self, server_round: int) -> bool:
         return False
 
+    def state(self) -> dict[str, np.ndarray]:
+        """Server-side method state to checkpoint each round (e.g. last masks, stopped
+        clients), so ``resume=true`` continues exactly; FedAvg keeps none."""
+        return {}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Restore what ``state()`` returned at the checkpointed round."""
+
     def eval_arrays(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The arrays the server evaluates on the global test set (FedPart swaps in a
         reference client's BatchNorm statistics here)."""

@@ -1,0 +1,100 @@
+"""Command lines for the Flower processes of a real deployment, secure by default.
+
+One place builds them, so `fedapp deploy superlink|supernode` (what operators and the
+compose file run) and the deployment tests start exactly the same processes:
+
+* SuperLink: HTTPS with the private CA's server certificate, SuperNode authentication
+  (registered keys only), a state database (SuperNodes survive a SuperLink restart), and
+  runtime dependency installation off (it would replace the installed torch).
+* SuperNode: verifies the SuperLink with ``ca.crt``, proves itself with its key, and carries
+  the node config the ClientApp reads (partition, data and state folders, device facts).
+
+Plain HTTP exists only behind an explicit ``insecure=True`` (``--insecure`` on the CLI).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from fedapp.deploy import DeployError
+
+NODE_KEYS = ("partition-id", "num-partitions", "data-root", "state-dir", "tier", "device-name")
+
+
+def flower_exe(name: str) -> str:
+    """A Flower executable: beside this interpreter (a venv), else on PATH."""
+    here = Path(sys.executable).with_name(name)
+    if here.exists():
+        return str(here)
+    found = shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(f"{name} is not installed next to {sys.executable} nor on PATH (pip install flwr==1.41.0)")
+    return found
+
+
+def _need(path: Path, what: str) -> str:
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} {path} does not exist (see `fedapp deploy certs` / `fedapp deploy keys`)")
+    return str(path)
+
+
+def superlink_argv(
+    *, database: str | Path, tls_dir: str | Path | None, host: str = "0.0.0.0", port: int = 8000, auth: bool = True
+) -> list[str]:
+    """``tls_dir`` holds ca.crt, server.pem, server.key; ``None`` means plain HTTP (insecure)."""
+    argv = [flower_exe("flower-superlink"), "--host", host, "--port", str(port), "--database", str(database)]
+    argv.append("--disable-runtime-dependency-installation")
+    if tls_dir is None:
+        if auth:
+            raise DeployError("SuperNode authentication needs TLS: give the TLS folder, or turn authentication off as well (--no-auth)")
+        return [*argv, "--insecure"]
+    tls = Path(tls_dir)
+    argv += ["--ssl-ca-certfile", _need(tls / "ca.crt", "CA certificate")]
+    argv += ["--ssl-certfile", _need(tls / "server.pem", "server certificate")]
+    argv += ["--ssl-keyfile", _need(tls / "server.key", "server key")]
+    return [*argv, "--enable-supernode-auth"] if auth else argv
+
+
+def node_config_arg(values: dict[str, object]) -> str:
+    """``--node-config`` text: Flower parses each value as TOML, so strings are quoted."""
+    unknown = sorted(set(values) - set(NODE_KEYS))
+    if unknown:
+        raise DeployError(f"unknown node-config key(s) {', '.join(unknown)}; known: {', '.join(NODE_KEYS)}")
+    parts = []
+    for k in NODE_KEYS:
+        if k not in values or values[k] is None:
+            continue
+        v = values[k]
+        if isinstance(v, str):
+            if "'" in v or "\n" in v:
+                raise DeployError(f"node-config {k} = {v!r}: quotes and newlines are not allowed")
+            parts.append(f"{k}='{v}'")
+        elif isinstance(v, bool) or not isinstance(v, int | float):
+            raise DeployError(f"node-config {k} = {v!r}: expected a string or a number")
+        else:
+            parts.append(f"{k}={v}")
+    return " ".join(parts)
+
+
+def supernode_argv(
+    *, superlink: str, node_config: dict[str, object], ca: str | Path | None, key: str | Path | None, port: int = 9094
+) -> list[str]:
+    """``ca`` None means plain HTTP (insecure); ``key`` None lets the node register itself
+    (accepted only by a SuperLink without ``--enable-supernode-auth``)."""
+    for k in ("partition-id", "num-partitions", "state-dir"):
+        if node_config.get(k) in (None, ""):
+            raise DeployError(f"node-config {k} is required")
+    argv = [flower_exe("flower-supernode"), "--superlink", superlink, "--port", str(port), "--node-config", node_config_arg(node_config)]
+    if ca is None:
+        if key is not None:
+            raise DeployError("an authentication key needs TLS: give the CA certificate, or drop the key as well")
+        return [*argv, "--insecure"]
+    argv += ["--root-certificates", _need(Path(ca), "CA certificate")]
+    return [*argv, "--auth-supernode-private-key", _need(Path(key), "SuperNode private key")] if key is not None else argv
+
+
+def register_argv(public_key: str | Path, connection: str, name: str = "") -> list[str]:
+    argv = [flower_exe("flwr"), "supernode", "register", _need(Path(public_key), "public key"), connection]
+    return [*argv, "--name", name] if name else argv

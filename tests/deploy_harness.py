@@ -1,0 +1,223 @@
+"""A real deployment for tests: SuperLink + SuperNodes as separate processes, started with
+`fedapp deploy ...` (the documented path) under TLS and SuperNode authentication.
+
+Everything lives in one temp folder (own FLWR_HOME per process, state database, TLS
+material, keys) on free ports. Every process is started in its own session and stopped
+by its process group id, so only what a test started is ever signalled. With ``netns``
+each SuperNode runs in its own network namespace (see tests/netns.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedapp.deploy.certs import make_certs
+from fedapp.deploy.connection import write_connection
+from fedapp.deploy.keys import make_node_keys
+from tests.flwr_harness import ROOT, free_port, toml_value
+from tests.netns import Netns
+
+PY = sys.executable
+FLWR = str(Path(PY).with_name("flwr"))
+CONNECTION = "fedtest"
+
+
+def base_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(
+        FLWR_HOME=str(home), FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1", FLWR_TELEMETRY_ENABLED="0",
+        FLWR_DISABLE_UPDATE_CHECK="1", PYTHONUNBUFFERED="1", PATH=f"{Path(PY).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    )  # fmt: skip
+    return env
+
+
+def descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            kids = []
+        out += kids
+        todo += kids
+    return out
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def stop_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, wait: float = 20.0) -> None:
+    """Signal the process group ``proc`` leads (its own session) and every process it spawned
+    (Flower starts some helpers in sessions of their own), then make sure all are gone.
+    A process already reaped is left alone: its pid may belong to someone else by now."""
+    if proc.returncode is not None:
+        return
+    spawned = {p: cmdline(p) for p in descendants(proc.pid)}
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+    for pid in spawned:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=wait)
+    with contextlib.suppress(ProcessLookupError):  # stragglers (a ClientApp mid-message) get no second chance
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pid, cmd in spawned.items():
+        if cmdline(pid) == cmd:  # still the same process, not a recycled pid
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+@dataclass
+class Federation:
+    tmp: Path
+    num_nodes: int
+    netns: Netns | None = None
+    port: int = 0
+    superlink: subprocess.Popen[bytes] | None = None
+    nodes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    runs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.home = self.tmp / "flwr-home"
+        self.port = self.port or free_port()
+        addresses = ["127.0.0.1", "localhost"] + ([self.netns.link_address(i) for i in range(self.num_nodes)] if self.netns else [])
+        self.tls = make_certs(addresses, self.tmp / "tls")
+        self.keys = make_node_keys(self.num_nodes, self.tmp / "keys")
+        self.rogue_key = make_node_keys(1, self.tmp / "keys", prefix="unregistered")[0]
+        write_connection(CONNECTION, f"127.0.0.1:{self.port}", self.tls.ca_cert, self.home, default=True)
+
+    # -- processes ----------------------------------------------------------------------
+    def _spawn(self, argv: list[str], log: Path, home: Path, ns: str | None) -> subprocess.Popen[bytes]:
+        if ns is not None:
+            argv = ["ip", "netns", "exec", ns, *argv]
+        with log.open("ab") as fh:
+            return subprocess.Popen(argv, cwd=ROOT, env=base_env(home), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def start_superlink(self) -> None:
+        argv = [PY, "-m", "fedapp", "deploy", "superlink", "--tls", str(self.tls.ca_cert.parent), "--database", str(self.tmp / "state.db")]
+        argv += ["--host", "0.0.0.0" if self.netns else "127.0.0.1", "--port", str(self.port), "--no-restart"]
+        self.superlink = self._spawn(argv, self.tmp / "superlink.log", self.home, self.netns.link if self.netns else None)
+        self.wait_for(lambda: "Application startup complete" in self.log("superlink"), 90, "SuperLink start")
+
+    def register(self) -> None:
+        """`fedapp deploy register` for every node key (in parallel: each CLI call costs seconds)."""
+        procs = [self.cli([PY, "-m", "fedapp", "deploy", "register", "--connection", CONNECTION, str(pub)]) for _, pub in self.keys]
+        for proc in procs:
+            out, _ = proc.communicate(timeout=180)
+            assert proc.returncode == 0, out
+
+    def cli(self, argv: list[str]) -> subprocess.Popen[str]:
+        if self.netns:
+            argv = ["ip", "netns", "exec", self.netns.link, *argv]
+        return subprocess.Popen(argv, cwd=ROOT, env=base_env(self.home), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def superlink_address(self, i: int) -> str:
+        return f"{self.netns.link_address(i) if self.netns else '127.0.0.1'}:{self.port}"
+
+    def node_argv(self, i: int, key: Path, restart: bool = True) -> list[str]:
+        node_dir = self.tmp / f"node-{i}"
+        argv = [PY, "-m", "fedapp", "deploy", "supernode", "--superlink", self.superlink_address(i), "--ca", str(self.tls.ca_cert)]
+        argv += ["--key", str(key), "--partition-id", str(i), "--num-partitions", str(self.num_nodes)]
+        argv += ["--state-dir", str(node_dir / "state"), "--tier", "edge", "--device-name", f"board-{i}", "--port", str(free_port())]
+        return argv + (["--restart-delay", "5"] if restart else ["--no-restart"])
+
+    def start_node(self, i: int) -> None:
+        node_dir = self.tmp / f"node-{i}"
+        node_dir.mkdir(exist_ok=True)
+        ns = self.netns.node(i) if self.netns else None
+        self.nodes[i] = self._spawn(self.node_argv(i, self.keys[i][0]), node_dir / "log", node_dir / "flwr-home", ns)
+
+    def start(self) -> Federation:
+        self.start_superlink()
+        self.register()
+        for i in range(self.num_nodes):
+            self.start_node(i)
+        self.wait_for(lambda: self.online() >= self.num_nodes, 120, f"{self.num_nodes} SuperNodes online")
+        return self
+
+    def kill_node(self, i: int) -> None:
+        """Power loss: SIGKILL to the node's supervisor, SuperNode and ClientApp alike."""
+        stop_group(self.nodes.pop(i), signal.SIGKILL)
+
+    def kill_superlink(self) -> None:
+        assert self.superlink is not None
+        stop_group(self.superlink, signal.SIGKILL)
+        for run in self.runs:  # the CLI streaming that run's log loses its SuperLink too
+            stop_group(run, signal.SIGKILL)
+        self.runs.clear()
+
+    def stop(self) -> None:
+        for proc in [*self.runs, *self.nodes.values(), *([self.superlink] if self.superlink else [])]:
+            stop_group(proc)
+
+    # -- observing ------------------------------------------------------------------------
+    def log(self, name: str) -> str:
+        path = self.tmp / (f"{name}.log" if name == "superlink" else f"{name}/log")
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def online(self) -> int:
+        """SuperNodes the SuperLink reports online (`flwr supernode ls --format json`)."""
+        proc = self.cli([FLWR, "supernode", "ls", CONNECTION, "--format", "json"])
+        out, _ = proc.communicate(timeout=120)
+        try:
+            nodes = json.loads(out[out.index("{") :])["nodes"]
+        except (ValueError, KeyError):
+            return 0
+        return sum(1 for n in nodes if n.get("status") == "online")
+
+    def flower_pid(self, i: int) -> int:
+        """The flower-supernode process under node ``i``'s supervisor."""
+        return next(p for p in descendants(self.nodes[i].pid) if "flower-supernode" in cmdline(p))
+
+    @staticmethod
+    def wait_for(cond: Any, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+            time.sleep(1.0)
+
+    # -- runs -------------------------------------------------------------------------------
+    def submit(self, run_config: dict[str, object], log_name: str) -> subprocess.Popen[bytes]:
+        """`flwr run . fedtest --stream --run-config ...` from the project root (the FAB is built from it)."""
+        overrides = " ".join(f"{k}={toml_value(v)}" for k, v in run_config.items())
+        argv = [FLWR, "run", ".", CONNECTION, "--stream", "--run-config", overrides]
+        proc = self._spawn(argv, self.tmp / f"{log_name}.log", self.home, self.netns.link if self.netns else None)
+        self.runs.append(proc)
+        return proc
+
+    def run(self, run_config: dict[str, object], log_name: str, timeout: float = 600) -> str:
+        proc = self.submit(run_config, log_name)
+        try:
+            proc.wait(timeout=timeout)
+        finally:
+            stop_group(proc)
+            self.runs.remove(proc)
+        return (self.tmp / f"{log_name}.log").read_text(errors="replace")
+
+
+def rows(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def io_bytes(pid: int) -> dict[str, int]:
+    """Bytes a process passed to write/send (wchar) and read/recv (rchar) syscalls so far."""
+    fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    return {"wchar": int(fields["wchar"]), "rchar": int(fields["rchar"])}

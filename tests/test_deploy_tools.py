@@ -1,0 +1,139 @@
+"""`fedapp deploy` helpers, checked with independent tools: openssl verifies the certificates,
+ssh-keygen reads the keys, Flower's own parsers accept the command lines and connection."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import load_ssh_private_key
+from flwr.common.config import parse_config_args
+from flwr.superlink.cli.flower_superlink import _parse_args_run_superlink
+from flwr.supernode.cli.flower_supernode import _parse_args_run_supernode
+
+from fedapp.cli import main
+from fedapp.deploy import DeployError
+from fedapp.deploy.certs import make_certs
+from fedapp.deploy.commands import node_config_arg, superlink_argv, supernode_argv
+from fedapp.deploy.connection import write_connection
+from fedapp.deploy.keys import make_node_keys
+from fedapp.deploy.supervise import supervise
+
+
+def openssl(*args: str) -> str:
+    return subprocess.run(["openssl", *args], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl (the independent check) is not installed")
+def test_certs_verify_with_openssl_and_name_every_address(tmp_path: Path) -> None:
+    files = make_certs(["127.0.0.1", "superlink", "localhost:8000", "[::1]:8000"], tmp_path)
+    assert "OK" in openssl("verify", "-CAfile", str(files.ca_cert), str(files.server_cert))
+    san = openssl("x509", "-in", str(files.server_cert), "-noout", "-ext", "subjectAltName")
+    for entry in ("IP Address:127.0.0.1", "DNS:superlink", "DNS:localhost", "IP Address:0:0:0:0:0:0:0:1"):
+        assert entry in san
+    assert "CA:TRUE" in openssl("x509", "-in", str(files.ca_cert), "-noout", "-ext", "basicConstraints")
+    assert oct(files.ca_key.stat().st_mode & 0o777) == oct(files.server_key.stat().st_mode & 0o777) == "0o600"
+    ca_before = files.ca_cert.read_bytes()
+    again = make_certs(["10.0.0.5"], tmp_path)  # new address, same CA: nodes keep their ca.crt
+    assert again.ca_cert.read_bytes() == ca_before
+    assert "OK" in openssl("verify", "-CAfile", str(files.ca_cert), str(again.server_cert))
+
+
+@pytest.mark.parametrize("bad", ["", "my host", "http://x/y", "host:port", "-x.org"])
+def test_certs_reject_what_is_not_an_address(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(DeployError, match="address"):
+        make_certs([bad], tmp_path)
+
+
+@pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="ssh-keygen (the independent check) is not installed")
+def test_node_keys_are_openssh_ec_keys_flower_accepts_and_are_kept(tmp_path: Path) -> None:
+    pairs = make_node_keys(2, tmp_path)
+    out = subprocess.run(["ssh-keygen", "-l", "-f", str(pairs[1][1])], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("256 SHA256:") and out.rstrip().endswith("(ECDSA)")
+    key = load_ssh_private_key(pairs[0][0].read_bytes(), None)  # what flower-supernode does
+    assert isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp256r1"
+    before = pairs[0][0].read_bytes()
+    assert make_node_keys(3, tmp_path)[0][0].read_bytes() == before and (tmp_path / "supernode-2").exists()
+
+
+def test_command_lines_are_secure_by_default_and_parse_with_flowers_own_parsers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", raising=False)  # the flag alone must turn it off
+    tls = make_certs(["127.0.0.1"], tmp_path / "tls")
+    (priv, _pub), *_ = make_node_keys(1, tmp_path / "keys")
+    link = superlink_argv(database=tmp_path / "state.db", tls_dir=tls.ca_cert.parent, port=9443)
+    args = _parse_args_run_superlink().parse_args(link[1:])
+    assert (args.ssl_certfile, args.ssl_keyfile, args.ssl_ca_certfile) == (str(tls.server_cert), str(tls.server_key), str(tls.ca_cert))
+    assert args.enable_supernode_auth and not args.insecure and args.runtime_dependency_install is False
+    assert (args.database, args.port) == (str(tmp_path / "state.db"), 9443)
+    node_cfg = {
+        "partition-id": 2,
+        "num-partitions": 3,
+        "state-dir": "/var/lib/fedapp",
+        "data-root": "/data",
+        "tier": "low",
+        "device-name": "orin-1",
+    }
+    node = supernode_argv(superlink="10.0.0.5:9443", node_config=node_cfg, ca=tls.ca_cert, key=priv, port=9100)
+    nargs = _parse_args_run_supernode().parse_args(node[1:])
+    assert (nargs.root_certificates, nargs.auth_supernode_private_key, nargs.insecure) == (str(tls.ca_cert), str(priv), False)
+    assert parse_config_args([nargs.node_config]) == node_cfg  # the ClientApp sees exactly these values
+    insecure = _parse_args_run_superlink().parse_args(superlink_argv(database="s.db", tls_dir=None, auth=False)[1:])
+    assert insecure.insecure and not insecure.enable_supernode_auth
+
+
+def test_insecure_mode_is_only_explicit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(DeployError, match="authentication needs TLS"):
+        superlink_argv(database="s.db", tls_dir=None)
+    with pytest.raises(DeployError, match="needs TLS"):
+        supernode_argv(superlink="h:1", node_config={"partition-id": 0, "num-partitions": 1, "state-dir": "s"}, ca=None, key="k")
+    with pytest.raises(DeployError, match="state-dir is required"):
+        supernode_argv(superlink="h:1", node_config={"partition-id": 0, "num-partitions": 1}, ca=None, key=None)
+    with pytest.raises(DeployError, match="unknown node-config key"):
+        node_config_arg({"partition": 1})
+    assert main(["deploy", "superlink", "--dry-run"]) == 2
+    assert "--insecure for plain HTTP" in capsys.readouterr().err
+    assert main(["deploy", "supernode", "--superlink", "h:1", "--partition-id", "0", "--num-partitions", "1", "--state-dir", "s"]) == 2
+    assert main(["deploy", "superlink", "--insecure", "--no-auth", "--dry-run", "--database", str(tmp_path / "x.db")]) == 0
+    assert shlex.split(capsys.readouterr().out)[-1] == "--insecure"
+
+
+def test_connection_block_is_read_back_by_flower(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from flwr.cli.flower_config import read_superlink_connection
+
+    tls = make_certs(["127.0.0.1"], tmp_path / "tls")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text('[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n')
+    write_connection("lab", "10.0.0.5:9443", tls.ca_cert, home)
+    write_connection("open", "10.0.0.6:8000", None, home)
+    monkeypatch.setenv("FLWR_HOME", str(home))
+    lab, open_, local = (read_superlink_connection(n) for n in ("lab", "open", "local"))
+    assert (lab.address, lab.root_certificates, lab.insecure) == ("10.0.0.5:9443", str(tls.ca_cert), False)
+    assert (open_.address, open_.insecure) == ("10.0.0.6:8000", True)
+    assert local.address == ":local:"
+    assert read_superlink_connection(None).name == "local"  # the existing default is kept
+
+
+def test_supervisor_restarts_an_exiting_process_and_stops_on_sigterm(tmp_path: Path) -> None:
+    count = tmp_path / "starts"
+    child = (
+        f"import pathlib; p = pathlib.Path({str(count)!r}); p.write_text(p.read_text() + 'x' if p.exists() else 'x'); raise SystemExit(3)"
+    )
+    assert supervise([sys.executable, "-c", child], -1.0) == 3 and count.read_text() == "x"  # no restart
+    count.unlink()
+    code = f"from fedapp.deploy.supervise import supervise; supervise({[sys.executable, '-c', child]!r}, 0.2)"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1])
+    try:
+        deadline = time.monotonic() + 60
+        while (not count.exists() or len(count.read_text()) < 3) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(count.read_text()) >= 3  # it came back after each exit
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) in (0, 3, -15)

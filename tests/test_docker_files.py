@@ -1,0 +1,90 @@
+"""docker/: no Docker engine runs here, so the images are not built in tests. What can be
+checked without one is: every command line in compose.yaml parses with `fedapp deploy` and
+finds its files among the mounts, the Dockerfiles copy files that exist and start the
+documented commands, and the device image keeps its base image's torch."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedapp.cli import parser
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKER = ROOT / "docker"
+PATH_FLAGS = {"--ca", "--key", "--tls", "--database", "--state-dir", "--data-root"}
+
+
+def entrypoints(dockerfile: Path) -> dict[str, list[str]]:
+    """ENTRYPOINT per build stage (the final stage under the key '')."""
+    out, stage = {}, ""
+    for line in dockerfile.read_text().splitlines():
+        if m := re.match(r"FROM \S+(?: AS (\S+))?", line):
+            stage = m.group(1) or ""
+        elif line.startswith("ENTRYPOINT "):
+            out[stage] = json.loads(line.removeprefix("ENTRYPOINT "))
+    return out
+
+
+def compose() -> dict:  # type: ignore[type-arg]
+    return yaml.safe_load((DOCKER / "compose.yaml").read_text())
+
+
+def test_compose_commands_parse_and_find_their_files_in_mounts() -> None:
+    services = compose()["services"]
+    assert {"superlink", "register", "supernode-0", "supernode-1", "supernode-2"} <= set(services)
+    stages = entrypoints(DOCKER / "Dockerfile")
+    for name, svc in services.items():
+        if "entrypoint" in svc:
+            continue
+        argv = stages[svc["build"]["target"]] + [str(a) for a in svc["command"]]
+        assert argv[:2] == ["fedapp", "deploy"]
+        args = parser().parse_args(argv[1:])
+        mounts = [v.rsplit(":", 2)[1] for v in svc["volumes"]]  # SOURCE:TARGET[:MODE], SOURCE may hold ":-"
+        for flag, value in itertools.pairwise(argv):
+            needed = [f"{value}/{f}" for f in ("ca.crt", "server.pem", "server.key")] if flag == "--tls" else [value]
+            for path in needed if flag in PATH_FLAGS else []:
+                assert any(path == m or path.startswith(m.rstrip("/") + "/") for m in mounts), (name, flag, path, mounts)
+        if svc["build"]["target"] == "supernode":
+            assert args.ca and args.key and not args.insecure  # TLS + node authentication
+            assert args.superlink == "superlink:8000" and args.num_partitions == 3
+        else:
+            assert args.tls == "/tls" and not args.insecure and not args.no_auth
+    node_ids = sorted(int(s["command"][s["command"].index("--partition-id") + 1]) for n, s in services.items() if n.startswith("supernode"))
+    assert node_ids == [0, 1, 2]
+    assert "ca.key" not in json.dumps(services)  # the CA's private key stays with the operator
+
+
+def test_dockerfiles_copy_existing_files_and_run_as_non_root() -> None:
+    for dockerfile in (DOCKER / "Dockerfile", DOCKER / "jetson.Dockerfile"):
+        text = dockerfile.read_text()
+        for line in text.splitlines():
+            if line.startswith("COPY "):
+                for src in line.split()[1:-1]:
+                    assert (ROOT / src).exists(), (dockerfile.name, src)
+        assert "USER fedapp" in text and "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1" in text
+    assert set(entrypoints(DOCKER / "Dockerfile")) == {"superlink", "supernode"}
+    assert entrypoints(DOCKER / "jetson.Dockerfile")[""] == ["fedapp", "deploy", "supernode", "--no-restart"]
+
+
+def test_device_requirements_keep_the_base_images_torch_and_drop_ray() -> None:
+    out = subprocess.run(
+        [sys.executable, str(DOCKER / "node_requirements.py"), str(ROOT / "pyproject.toml")], capture_output=True, text=True, check=True
+    )
+    reqs = out.stdout.split()
+    assert not any(r.startswith("torch") and r != "torchvision" for r in reqs) and "torchvision" in reqs
+    assert "flwr==1.41.0" in reqs and not any("simulation" in r for r in reqs)
+
+
+@pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose is not installed (validation only; no engine needed)")
+def test_compose_file_validates_with_docker_compose() -> None:
+    proc = subprocess.run(["docker-compose", "-f", str(DOCKER / "compose.yaml"), "config", "-q"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
