@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 MODULES: dict[str, str] = {
     "fedavg": "fedapp.methods.fedavg",
     "fedprox": "fedapp.methods.fedprox",
+    "fedpews": "fedapp.methods.fedpews",
+    "fedpews-fixed": "fedapp.methods.fedpews_fixed",
 }
 
 
