@@ -239,3 +239,25 @@ def test_fixed_client_trains_only_its_block_under_momentum() -> None:
         frozen = torch.from_numpy(~keep[n])
         assert torch.equal(p.detach()[frozen], before[n][frozen]), n
         assert not torch.equal(p.detach()[~frozen], before[n][~frozen]), n
+
+
+def test_server_remembers_masks_or_probabilities_and_reports_mask_metrics() -> None:
+    from fedapp.aggregate import Contribution
+    from fedapp.methods.base import Reply
+
+    cfg = parse(RunConfig, {**SYN, "method": "fedpews"})
+    layout = neuron_layout(mlp(5, (4, 3), 4))
+    a, b = np.array([1, 1, 0, 0, 1, 0, 1], bool), np.array([1, 0, 1, 0, 1, 1, 0], bool)
+    probs = {"1": np.array([0.9, 0.8, 0.1, 0.2], np.float32), "3": np.array([0.7, 0.3, 0.6], np.float32)}
+    replies = [
+        Reply(0, Contribution(1.0, {}), {}, {"pews-mask": masks_to_records(a, layout), "pews-probs": probs}),
+        Reply(1, Contribution(1.0, {}), {}, {"pews-mask": masks_to_records(b, layout)}),
+    ]
+    by_mask = PeWSServer(cfg, PeWSParams(), {}, {})
+    row = by_mask.after_round(1, replies)
+    assert row == {"warmup": True, "mask_density": (4 / 7 + 4 / 7) / 2, "mask_overlap": 2 / 6}
+    assert np.array_equal(by_mask.reference(1), a.astype(np.float32))
+    by_probs = PeWSServer(cfg, PeWSParams(diversity_ref="probs"), {}, {})
+    by_probs.after_round(1, replies)
+    assert np.allclose(by_probs.reference(1), [0.9, 0.8, 0.1, 0.2, 0.7, 0.3, 0.6])
+    assert by_probs.after_round(26, replies) == {"warmup": False}
