@@ -13,6 +13,7 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from torch import nn
 
 WEIGHT_LAYERS = (nn.Linear, nn.Conv2d)
@@ -113,6 +114,34 @@ def model_param_masks(model: nn.Module, neuron_masks: list[np.ndarray], extent: 
     """Parameter masks (shaped like each tensor) for a model and per-layer neuron masks."""
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     return shape_masks(neuron_layout(model).param_masks(neuron_masks, extent), shapes)
+
+
+def torch_param_masks(
+    layout: NeuronLayout, neuron_masks: list[torch.Tensor], shapes: dict[str, tuple[int, ...]], extent: str = "outer"
+) -> dict[str, torch.Tensor]:
+    """Differentiable twin of :meth:`NeuronLayout.param_masks` for float neuron masks (learned
+    masks with a straight-through estimator): parameter masks shaped like each tensor in
+    ``shapes``, through which gradients flow back to ``neuron_masks``. BN buffers are left out."""
+    out: dict[str, torch.Tensor] = {}
+    prev: torch.Tensor | None = None
+    for i, layer in enumerate(layout.layers):
+        hidden = i < len(layout.hidden)
+        m_out = neuron_masks[i] if hidden else torch.ones(layer.out_width, dtype=neuron_masks[0].dtype)
+        if prev is None or extent == "rows":
+            m_in = torch.ones(layer.in_width, dtype=m_out.dtype)
+        else:
+            m_in = prev.repeat_interleave(layer.in_width // prev.numel())
+        w = torch.outer(m_out, m_in)
+        shape = shapes[f"{layer.name}.weight"]
+        out[f"{layer.name}.weight"] = w.reshape(*w.shape, *([1] * (len(shape) - 2))).expand(shape) if len(shape) > 2 else w
+        if layer.has_bias:
+            out[f"{layer.name}.bias"] = m_out
+        if layer.norm is not None:
+            for suffix in ("weight", "bias"):
+                if f"{layer.norm}.{suffix}" in shapes:
+                    out[f"{layer.norm}.{suffix}"] = m_out
+        prev = m_out
+    return out
 
 
 @dataclass(frozen=True)

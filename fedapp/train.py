@@ -75,6 +75,27 @@ def proximal_term(mu: float, anchor: dict[str, torch.Tensor], masks: dict[str, t
     return loss
 
 
+def needs_restore(settings: TrainSettings) -> bool:
+    """Whether masked gradients alone can still move frozen entries (optimizer state or decay)."""
+    return settings.optimizer != "sgd" or settings.momentum > 0 or settings.weight_decay > 0
+
+
+def masked_step(opt: torch.optim.Optimizer, named: list[tuple[str, nn.Parameter]], masks: dict[str, torch.Tensor], restore: bool) -> None:
+    """One optimizer step after ``backward`` in which entries where ``masks`` is 0 get exactly
+    zero update: gradients are masked and, when ``restore``, frozen entries are written back
+    (momentum or weight decay would otherwise move them). ``masks`` are float 0/1 tensors."""
+    for n, p in named:
+        if n in masks and p.grad is not None:
+            p.grad.mul_(masks[n])
+    frozen = {n: p.detach().clone() for n, p in named if n in masks} if restore else {}
+    opt.step()
+    if restore:
+        with torch.no_grad():
+            for n, p in named:
+                if n in frozen:
+                    p.copy_(torch.where(masks[n].bool(), p, frozen[n]))
+
+
 def local_train(
     model: nn.Module,
     x: torch.Tensor,
@@ -89,7 +110,7 @@ def local_train(
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     masks = {n: m.to(dtype=p.dtype) for n, p in named if grad_masks and (m := grad_masks.get(n)) is not None}
     opt = make_optimizer([p for _, p in named], settings)
-    restore = bool(masks) and (settings.optimizer != "sgd" or settings.momentum > 0 or settings.weight_decay > 0)
+    restore = bool(masks) and needs_restore(settings)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
     total, steps = 0.0, 0
@@ -101,15 +122,6 @@ def local_train(
         if extra_loss is not None:
             loss = loss + extra_loss(model)
         loss.backward()
-        for n, p in named:
-            if n in masks and p.grad is not None:
-                p.grad.mul_(masks[n])
-        frozen = {n: p.detach().clone() for n, p in named if n in masks} if restore else {}
-        opt.step()
-        if restore:
-            with torch.no_grad():
-                for n, p in named:
-                    if n in frozen:
-                        p.copy_(torch.where(masks[n].bool(), p, frozen[n]))
+        masked_step(opt, named, masks, restore)
         steps += 1
     return TrainStats(total / max(steps, 1), int(x.shape[0]), steps, time.perf_counter() - start)

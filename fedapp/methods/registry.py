@@ -24,6 +24,8 @@ MODULES: dict[str, str] = {
     "fedspu": "fedapp.methods.fedspu",
     "fjord": "fedapp.methods.fjord",
     "feddrop": "fedapp.methods.feddrop",
+    "fedpews": "fedapp.methods.fedpews",
+    "fedpews-fixed": "fedapp.methods.fedpews_fixed",
 }
 
 

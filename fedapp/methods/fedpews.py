@@ -1,0 +1,199 @@
+"""FedPeWS (Tastan et al., CPAL 2025): a personalised-subnetwork warmup, then the base method.
+
+Rounds 1..W, W = round(tau * T): every client learns real-valued scores s over the hidden
+neurons, samples its neuron mask from Bernoulli(sigmoid(s)) with a straight-through
+estimator, and uploads only the weights of its sub-model plus the mask bits. The server
+averages each scalar over the clients whose mask holds it (the core's contributor counts)
+and keeps each client's last mask, so it can send client i the mean of the others' masks
+(``ref_i``, spec D2) for the diversity term. From round W+1 the base method (FedAvg or
+FedProx, ``base``) trains the full model. Scores never leave the client; they persist
+through the state store. FedPeWS-Fixed (fedpews_fixed.py) swaps the learned masks for
+fixed server-assigned blocks.
+
+Why this method has its own local loop: Alg. 1 alternates, on every minibatch, a score step
+with the weights frozen and a weight step under a *fresh* mask draw, so the gradient mask
+changes at every step; ``train.local_train`` takes one mask for the whole run. The loop
+reuses train.py's batches, make_optimizer, masked_step (exact zero update of masked-out
+entries under momentum) and proximal_term.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedapp.config import RunConfig, key, non_negative, one_of, positive, unit_interval
+from fedapp.masks import NeuronLayout, model_param_masks, neuron_layout
+from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, Reply, ServerPolicy, settings_of, train_metrics
+from fedapp.methods.pews_train import WarmupLoop, masks_to_records, records_to_masks
+from fedapp.methods.registry import Method
+
+log = logging.getLogger("flwr")
+
+REF, MASK, PROBS, SCORES = "pews-ref", "pews-mask", "pews-probs", "pews-scores"
+
+
+def finite(v: Any) -> str | None:
+    return None if math.isfinite(v) else "a finite number"
+
+
+@dataclass(frozen=True)
+class PeWSParams:
+    """FedPeWS hyperparameters (spec §3 and the D-decisions of §6)."""
+
+    warmup_fraction: float = key(0.125, unit_interval, "tau: warmup rounds W = round(tau * num-server-rounds)")
+    diversity_weight: float = key(5.0, non_negative, "lambda: weight of the mask-diversity term (0 disables it)")
+    mask_lr: float = key(0.1, positive, "eta_s: learning rate of the mask-score step")
+    mask_init: float = key(0.0, finite, "s0: initial mask score of every hidden neuron (keep probability sigmoid(s0))")
+    mask_draw: str = key(
+        "independent", one_of("independent", "shared", "deterministic-upload"),
+        "Bernoulli draws (D4): fresh per score step, weight step and upload; one draw shared by both steps; "
+        "or fresh draws with the upload mask 1[sigmoid(s) > 0.5]",
+    )  # fmt: skip
+    diversity_ref: str = key("masks", one_of("masks", "probs"), "ref_i (D2): mean of the others' last masks, or of their probabilities")
+    mask_impl: str = key("weight", one_of("weight", "activation"), "forward masking (D12): weights x*M, or hidden activations")
+
+
+def warmup_rounds(params: PeWSParams, cfg: RunConfig) -> int:
+    """W = round(tau * T), rounding halves up (Python's round() would round 2.5 to 2)."""
+    return math.floor(params.warmup_fraction * cfg.num_server_rounds + 0.5)
+
+
+def model_layout(cfg: RunConfig) -> tuple[nn.Module, NeuronLayout]:
+    from fedapp.data import dataset_for
+    from fedapp.models import build_model
+
+    ds = dataset_for(cfg)
+    model = build_model(cfg, ds.in_shape, ds.num_classes)
+    return model, neuron_layout(model)
+
+
+def mask_stats(masks: list[np.ndarray]) -> dict[str, float]:
+    """``mask_density``: mean fraction of hidden neurons kept; ``mask_overlap``: mean pairwise
+    Jaccard index |m_i & m_j| / |m_i | m_j| of the clients' neuron masks (0 = disjoint)."""
+    if not masks:
+        return {}
+    out = {"mask_density": float(np.mean([m.mean() for m in masks]))}
+    pairs = [(a, b) for i, a in enumerate(masks) for b in masks[i + 1 :]]
+    if pairs:
+        out["mask_overlap"] = float(np.mean([(a & b).sum() / max(int((a | b).sum()), 1) for a, b in pairs]))
+    return out
+
+
+class PeWSServer(ServerPolicy):
+    """Warmup bookkeeping: phase per round, ref_i per client, last masks, mask metrics."""
+
+    def __init__(self, cfg: RunConfig, params: PeWSParams, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Any]]):
+        super().__init__(cfg, params, initial, node_info)
+        self.layout = model_layout(cfg)[1]
+        self.warmup = warmup_rounds(params, cfg)
+        self.last: dict[int, np.ndarray] = {}  # pid -> last uploaded neuron mask (or probabilities), flat over h
+
+    def is_warm(self, server_round: int) -> bool:
+        return server_round <= self.warmup
+
+    def node_task(self, server_round: int, pid: int) -> NodeTask:
+        if not self.is_warm(server_round):
+            return NodeTask(config={"phase": "full"})
+        task = NodeTask(config={"phase": "warmup", "pews-seen": int(pid in self.last)})
+        if self.params.diversity_weight > 0:
+            task.records[REF] = dict(zip(self.layer_names, self.layout.split(self.reference(pid)), strict=True))
+        return task
+
+    @property
+    def layer_names(self) -> list[str]:
+        return [layer.name for layer in self.layout.hidden]
+
+    def reference(self, pid: int) -> np.ndarray:
+        """ref_i: mean of the other clients' last masks; sigmoid(s0) before any is known (D2)."""
+        known = [m for j, m in sorted(self.last.items()) if j != pid]
+        if not known:
+            return np.full(self.layout.total, 1.0 / (1.0 + math.exp(-self.params.mask_init)), np.float32)
+        return np.mean(known, axis=0).astype(np.float32)
+
+    def reply_mask(self, reply: Reply) -> np.ndarray | None:
+        """The neuron mask a reply declares (flat bool over h), or None if it is missing or malformed."""
+        try:
+            return records_to_masks(reply.records[MASK], self.layout)
+        except (KeyError, ValueError) as err:
+            log.warning("round reply of partition %d has no usable %s record (%s); not used as diversity reference", reply.pid, MASK, err)
+            return None
+
+    def after_round(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
+        if not self.is_warm(server_round):
+            return {"warmup": False}
+        masks: list[np.ndarray] = []
+        for reply in replies:
+            mask = self.reply_mask(reply)
+            if mask is None:
+                continue
+            masks.append(mask)
+            if self.params.diversity_ref == "masks":
+                self.last[reply.pid] = mask.astype(np.float32)
+            elif PROBS in reply.records:
+                self.last[reply.pid] = np.concatenate([reply.records[PROBS][n].astype(np.float32) for n in self.layer_names])
+        return {"warmup": True, **mask_stats(masks)}
+
+
+class PeWSClient(ClientPolicy):
+    """Warmup rounds: alternate score and weight steps, upload the sub-model and mask bits.
+    Full rounds: the base method (ClientPolicy is FedAvg, or FedProx when ``base=fedprox``)."""
+
+    def train(self, job: ClientJob) -> ClientResult:
+        if job.config.get("phase") != "warmup":
+            return super().train(job)
+        p: PeWSParams = job.params
+        layout = neuron_layout(job.model)
+        scores = self.load_scores(job, layout)
+        ref = self.reference(job, layout)
+        loop = WarmupLoop(job.model, layout, settings_of(self.cfg), p.mask_impl, self.cfg.proximal_mu if self.cfg.uses_prox else 0.0)
+        x, y = job.tensors()
+        pews = {"ref": ref, "weight": p.diversity_weight, "lr": p.mask_lr, "shared": p.mask_draw == "shared"}
+        stats, scores = loop.run(x, y, scores, pews, job.gen)
+        probs = torch.sigmoid(scores).numpy()
+        if p.mask_draw == "deterministic-upload":
+            upload = probs > 0.5
+        else:
+            upload = torch.bernoulli(torch.sigmoid(scores), generator=job.gen).numpy().astype(bool)
+        self.save_scores(job, layout, scores.numpy())
+        records = {MASK: masks_to_records(upload, layout)}
+        if p.diversity_ref == "probs":
+            records[PROBS] = dict(zip(self.names(layout), layout.split(probs.astype(np.float32)), strict=True))
+        metrics = {**train_metrics(stats), "mask-density": float(upload.mean())}
+        return ClientResult(metrics, masks=model_param_masks(job.model, layout.split(upload)), records=records)
+
+    @staticmethod
+    def names(layout: NeuronLayout) -> list[str]:
+        return [layer.name for layer in layout.hidden]
+
+    def load_scores(self, job: ClientJob, layout: NeuronLayout) -> torch.Tensor:
+        """s_i from the state store; s0 on the first warmup participation (or if it was lost)."""
+        state = job.store.load(job.pid)
+        pieces = [state.get(f"{SCORES}/{n}") for n in self.names(layout)]
+        if all(piece is not None and piece.shape == (layer.out_width,) for piece, layer in zip(pieces, layout.hidden, strict=True)):
+            return torch.from_numpy(np.concatenate(pieces).astype(np.float32))  # type: ignore[arg-type]
+        if job.config.get("pews-seen"):
+            log.warning("partition %d: mask scores missing from the state store (restarted node?); re-initialising to s0", job.pid)
+        return torch.full((layout.total,), float(job.params.mask_init))
+
+    def save_scores(self, job: ClientJob, layout: NeuronLayout, scores: np.ndarray) -> None:
+        pieces = {f"{SCORES}/{n}": s for n, s in zip(self.names(layout), layout.split(scores), strict=True)}
+        job.store.save(job.pid, {**job.store.load(job.pid), **pieces})
+
+    def reference(self, job: ClientJob, layout: NeuronLayout) -> torch.Tensor | None:
+        if job.params.diversity_weight <= 0:
+            return None
+        rec = job.records.get(REF)
+        if rec is None:
+            raise ValueError(f"warmup round with diversity-weight > 0 but no {REF!r} record in the message")
+        pieces = [np.asarray(rec[n], np.float32) for n in self.names(layout)]
+        return torch.from_numpy(np.concatenate(pieces))
+
+
+METHOD = Method("fedpews", PeWSServer, PeWSClient, PeWSParams)

@@ -1,0 +1,70 @@
+"""FedPeWS-Fixed (spec §1.4): the warmup with server-assigned neuron blocks instead of learned masks.
+
+Every hidden layer is cut into ``num-clients`` contiguous blocks with numpy.array_split
+(sizes differ by at most one, larger blocks first); client i trains block i of every
+layer for W rounds. No scores, no diversity term; masked training, masked averaging and
+the switch to the base method after W rounds are FedPeWS's. With one mask for the whole
+round, the shared training loop (train.local_train) does the masked training: forward
+masking by activation hooks and the parameter masks as gradient masks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedapp.config import RunConfig
+from fedapp.masks import NeuronLayout, model_param_masks, neuron_layout
+from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, Reply, train_metrics
+from fedapp.methods.fedpews import PeWSParams, PeWSServer, mask_stats
+from fedapp.methods.pews_train import input_masks, masks_to_records, records_to_masks
+from fedapp.methods.registry import Method
+
+BLOCK = "pews-neuron-mask"
+
+
+def fixed_blocks(widths: tuple[int, ...], num_clients: int) -> list[np.ndarray]:
+    """One flat bool mask over all hidden neurons per client: block i of every layer."""
+    out = [np.zeros(sum(widths), bool) for _ in range(num_clients)]
+    offset = 0
+    for width in widths:
+        for i, block in enumerate(np.array_split(np.arange(width), num_clients)):
+            out[i][offset + block] = True
+        offset += width
+    return out
+
+
+class FixedServer(PeWSServer):
+    def __init__(self, cfg: RunConfig, params: PeWSParams, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Any]]):
+        super().__init__(cfg, params, initial, node_info)
+        self.blocks = fixed_blocks(self.layout.widths, cfg.num_clients)
+
+    def node_task(self, server_round: int, pid: int) -> NodeTask:
+        if not self.is_warm(server_round):
+            return NodeTask(config={"phase": "full"})
+        return NodeTask(config={"phase": "warmup"}, records={BLOCK: masks_to_records(self.blocks[pid], self.layout)})
+
+    def after_round(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
+        if not self.is_warm(server_round):
+            return {"warmup": False}
+        return {"warmup": True, **mask_stats([self.blocks[r.pid] for r in replies])}
+
+
+class FixedClient(ClientPolicy):
+    def train(self, job: ClientJob) -> ClientResult:
+        if job.config.get("phase") != "warmup":
+            return super().train(job)
+        layout: NeuronLayout = neuron_layout(job.model)
+        mask = records_to_masks(job.records[BLOCK], layout)
+        pieces = layout.split(mask)
+        masks = model_param_masks(job.model, pieces)
+        params = dict(job.model.named_parameters())
+        grad_masks = {n: torch.from_numpy(m) for n, m in masks.items() if n in params}
+        with input_masks(job.model, layout, [torch.from_numpy(p.astype(np.float32)) for p in pieces]):
+            stats = self.fit(job, grad_masks)
+        return ClientResult({**train_metrics(stats), "mask-density": float(mask.mean())}, masks=masks)
+
+
+METHOD = Method("fedpews-fixed", FixedServer, FixedClient, PeWSParams)

@@ -1,0 +1,147 @@
+"""FedPeWS local warmup: masked forward passes, the straight-through mask, the diversity
+term, and the per-minibatch alternation of a score step and a weight step (Alg. 1).
+
+Masks here are flat float 0/1 vectors over all hidden neurons (``NeuronLayout.total``),
+cut per hidden layer with ``layout.split``-like slicing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from fedapp.masks import NeuronLayout, torch_param_masks
+from fedapp.train import TrainSettings, TrainStats, batches, make_optimizer, masked_step, needs_restore, proximal_term
+
+
+def split(layout: NeuronLayout, flat: torch.Tensor) -> list[torch.Tensor]:
+    return list(torch.split(flat, list(layout.widths)))
+
+
+def ste_mask(scores: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Bernoulli(sigmoid(s)) sample whose gradient is taken through sigmoid (spec D5):
+    forward value bern(theta), backward d/ds = dL/dm * sigmoid'(s)."""
+    theta = torch.sigmoid(scores)
+    return torch.bernoulli(theta.detach(), generator=gen) + theta - theta.detach()
+
+
+def diversity_term(scores: torch.Tensor, ref: torch.Tensor, weight: float) -> torch.Tensor:
+    """-lambda * sum_h (sigmoid(s) - ref)^2 (Eq. 6): it enters the score loss with a minus
+    sign, so a descent step pushes sigmoid(s) away from the other clients' masks."""
+    return -weight * ((torch.sigmoid(scores) - ref) ** 2).sum()
+
+
+def _mask_input(mask: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
+    if inp.dim() == 2:  # Linear input, possibly a flattened conv map: channel c owns a run of features
+        return inp * mask.repeat_interleave(inp.shape[1] // mask.numel())
+    return inp * mask.view(1, -1, *([1] * (inp.dim() - 2)))
+
+
+@contextmanager
+def input_masks(model: nn.Module, layout: NeuronLayout, masks: list[torch.Tensor]) -> Iterator[None]:
+    """Multiply each hidden layer's output, as the next weight layer reads it, by its mask
+    (activation masking). For 0/1 masks the forward pass and the weight gradients equal
+    those of weight masking x * M (spec §2): an off neuron feeds 0 to the next layer and
+    gets no gradient on its incoming weights."""
+    modules = dict(model.named_modules())
+    handles = [
+        modules[layer.name].register_forward_pre_hook(lambda _m, args, mask=mask: (_mask_input(mask, args[0]), *args[1:]))
+        for layer, mask in zip(layout.layers[1:], masks, strict=True)
+    ]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+class WarmupLoop:
+    """One client's warmup round: per minibatch, Procedure I (score step, weights frozen)
+    then Procedure II (weight step under a mask drawn from the updated scores, same batch)."""
+
+    def __init__(self, model: nn.Module, layout: NeuronLayout, settings: TrainSettings, impl: str = "weight", prox_mu: float = 0.0):
+        self.model, self.layout, self.settings, self.impl, self.mu = model, layout, settings, impl, prox_mu
+        self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.shapes = {n: tuple(p.shape) for n, p in self.named}
+        self.opt = make_optimizer([p for _, p in self.named], settings)
+        self.restore = needs_restore(settings)
+        self.anchor = {n: p.detach().clone() for n, p in self.named}
+        self.loss_fn = nn.CrossEntropyLoss()
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """f(x_w * expand(mask); x) for weight masking, or activation masking (``impl``)."""
+        pieces = split(self.layout, mask)
+        if self.impl == "activation":
+            with input_masks(self.model, self.layout, pieces):
+                return self.model(x)  # type: ignore[no-any-return]
+        pm = torch_param_masks(self.layout, pieces, self.shapes)
+        params = {n: p * pm[n] if n in pm else p for n, p in self.named}
+        return functional_call(self.model, params, (x,))  # type: ignore[no-any-return]
+
+    def score_step(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        scores: torch.Tensor,
+        ref: torch.Tensor | None,
+        weight: float,
+        lr: float,
+        gen: torch.Generator,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Procedure I: s <- s - lr * grad_s [CE(f(x * M(m~))) - lambda * div]. Returns the new
+        scores and the binary mask drawn for this step."""
+        s = scores.detach().requires_grad_()
+        m = ste_mask(s, gen)
+        loss = self.loss_fn(self.forward(x, m), y)
+        if ref is not None and weight > 0:
+            loss = loss + diversity_term(s, ref, weight)
+        (grad,) = torch.autograd.grad(loss, s)
+        return (s - lr * grad).detach(), m.detach().round()
+
+    def weight_step(self, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> float:
+        """Procedure II: x <- x - lr * M' * grad_x [CE(f(x * M')) + (mu/2)||M' * (x - x_start)||^2]."""
+        pm = torch_param_masks(self.layout, split(self.layout, mask), self.shapes)
+        self.opt.zero_grad(set_to_none=True)
+        task = self.loss_fn(self.forward(x, mask), y)
+        loss = task + proximal_term(self.mu, self.anchor, pm)(self.model) if self.mu > 0 else task
+        loss.backward()
+        masked_step(self.opt, self.named, {n: m.detach() for n, m in pm.items()}, self.restore)
+        return float(task.detach())
+
+    def run(
+        self, x: torch.Tensor, y: torch.Tensor, scores: torch.Tensor, pews: dict[str, Any], gen: torch.Generator
+    ) -> tuple[TrainStats, torch.Tensor]:
+        """All local steps of a warmup round; ``pews`` holds ref, weight, lr and shared (bool)."""
+        start = time.perf_counter()
+        self.model.train()
+        total, steps = 0.0, 0
+        for idx in batches(x.shape[0], self.settings, gen):
+            xb, yb = x[idx], y[idx]
+            scores, drawn = self.score_step(xb, yb, scores, pews["ref"], pews["weight"], pews["lr"], gen)
+            mask = drawn if pews["shared"] else torch.bernoulli(torch.sigmoid(scores), generator=gen)
+            total += self.weight_step(xb, yb, mask)
+            steps += 1
+        return TrainStats(total / max(steps, 1), int(x.shape[0]), steps, time.perf_counter() - start), scores
+
+
+def masks_to_records(flat: np.ndarray, layout: NeuronLayout) -> dict[str, np.ndarray]:
+    """Packed neuron-mask bits per hidden layer (h / 8 bytes in all)."""
+    return {layer.name: np.packbits(piece.astype(bool)) for layer, piece in zip(layout.hidden, layout.split(flat), strict=True)}
+
+
+def records_to_masks(record: dict[str, np.ndarray], layout: NeuronLayout) -> np.ndarray:
+    """Inverse of :func:`masks_to_records`, validating every layer's byte count."""
+    pieces = []
+    for layer in layout.hidden:
+        bits = record[layer.name]
+        if bits.dtype != np.uint8 or bits.shape != ((layer.out_width + 7) // 8,):
+            raise ValueError(f"{layer.name}: expected {(layer.out_width + 7) // 8} packed bytes, got {bits.dtype} {bits.shape}")
+        pieces.append(np.unpackbits(bits, count=layer.out_width).astype(bool))
+    return np.concatenate(pieces)
