@@ -13,6 +13,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 @dataclass
 class EarlyStopping:
@@ -48,3 +50,19 @@ class EarlyStopping:
 
     def finished(self) -> bool:
         return self.enabled and not self.pool
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Arrays for the server checkpoint: (pid, last loss), (pid, stop round), first short round."""
+        return {
+            "es-last": np.array(sorted(self.last.items()), np.float64).reshape(-1, 2),
+            "es-stopped": np.array(sorted(self.stopped.items()), np.int64).reshape(-1, 2),
+            "es-first-short": np.array(-1 if self.first_short_round is None else self.first_short_round, np.int64),
+        }
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        if "es-last" not in state:
+            return
+        self.last = {int(p): float(v) for p, v in state["es-last"]}
+        self.stopped = {int(p): int(r) for p, r in state["es-stopped"]}
+        first = int(state["es-first-short"])
+        self.first_short_round = None if first < 0 else first

@@ -125,6 +125,13 @@ class PeWSServer(ServerPolicy):
             log.warning("round reply of partition %d has no usable %s record (%s); not used as diversity reference", reply.pid, MASK, err)
             return None
 
+    def state(self) -> dict[str, np.ndarray]:
+        """The clients' last masks (the diversity reference), so a resumed warmup continues exactly."""
+        return {f"pews-last/{pid}": m for pid, m in self.last.items()}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        self.last = {int(k.split("/", 1)[1]): v.astype(np.float32) for k, v in state.items() if k.startswith("pews-last/")}
+
     def after_round(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         if not self.is_warm(server_round):
             return {"warmup": False}

@@ -207,3 +207,9 @@ class TieredServer(ServerPolicy):
 
     def finished(self, server_round: int) -> bool:
         return self.es.finished()
+
+    def state(self) -> dict[str, np.ndarray]:
+        return self.es.state()  # neuron draws are seeded by (seed, round, pid): nothing else to keep
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        self.es.load_state(state)
