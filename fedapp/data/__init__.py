@@ -105,9 +105,9 @@ def add_noise(x_tr: np.ndarray, x_te: np.ndarray, sigma: float, data_seed: int) 
 
 @lru_cache(maxsize=8)
 def _partitions(
-    name: str, data_seed: int, data_root: str, normalize: str, kind: str, n: int, alpha: float, k: int, min_size: int
+    name: str, data_seed: int, data_root: str, normalize: str, noise: float, kind: str, n: int, alpha: float, k: int, min_size: int
 ) -> tuple[np.ndarray, ...]:
-    ds = _prepared(name, data_seed, data_root, normalize)  # the run's own Dataset: never a second read
+    ds = _prepared(name, data_seed, data_root, normalize, noise)  # the run's own Dataset: never a second read
     return tuple(partition_indices(kind, ds.y_train, n, data_seed, alpha, k, min_size, groups=ds.groups))
 
 
@@ -125,7 +125,7 @@ def client_indices(cfg: RunConfig) -> tuple[np.ndarray, ...]:
     if cfg.partition == "shard":
         return shard_split(cfg).train
     return _partitions(
-        cfg.dataset, cfg.data_seed, cfg.data_root, cfg.normalize, cfg.partition, cfg.num_clients,
+        cfg.dataset, cfg.data_seed, cfg.data_root, cfg.normalize, cfg.input_noise, cfg.partition, cfg.num_clients,
         cfg.dirichlet_alpha, cfg.classes_per_client, cfg.min_partition_size,
     )  # fmt: skip
 
