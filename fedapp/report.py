@@ -40,14 +40,17 @@ class Run:
     def series(self, key: str) -> list[float]:
         return [float(r[key]) for r in self.rows if r.get(key) is not None]
 
-    def cumulative_bytes(self, direction: str = "both") -> list[float]:
-        """Running total of bytes on the wire: ``up``, ``down`` or ``both``."""
-        keys = {"up": ("bytes_up",), "down": ("bytes_down",), "both": ("bytes_up", "bytes_down")}[direction]
+    def running_total(self, keys: tuple[str, ...]) -> list[float]:
+        """Per round, the sum of ``keys`` over this and all earlier rounds (missing counts as 0)."""
         total, out = 0.0, []
         for r in self.rows:
-            total += sum(float(r.get(k, 0)) for k in keys)
+            total += sum(float(r.get(k) or 0.0) for k in keys)
             out.append(total)
         return out
+
+    def cumulative_bytes(self, direction: str = "both") -> list[float]:
+        """Running total of bytes on the wire: ``up``, ``down`` or ``both``."""
+        return self.running_total({"up": ("bytes_up",), "down": ("bytes_down",), "both": ("bytes_up", "bytes_down")}[direction])
 
     @property
     def energy_key(self) -> str | None:
@@ -55,13 +58,7 @@ class Run:
 
     def cumulative_joules(self) -> list[float] | None:
         k = self.energy_key
-        if k is None:
-            return None
-        total, out = 0.0, []
-        for r in self.rows:
-            total += float(r.get(k) or 0.0)
-            out.append(total)
-        return out
+        return None if k is None else self.running_total((k,))
 
     def joules_to(self, target: float, key: str = "accuracy") -> float | None:
         cum = self.cumulative_joules()
