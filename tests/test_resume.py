@@ -14,19 +14,9 @@ import pytest
 from fedapp import checkpoint
 from fedapp.config import ConfigError
 from fedapp.engine.run_local import run_local
+from tests.run_rows import outcome_rows as rows
 
 BASE = {"dataset": "digits", "num-clients": 3, "fraction-train": 0.67, "lr": 0.2, "local-steps": 3, "partition": "dirichlet"}
-
-
-def is_timing(key: str) -> bool:
-    """Wall-clock keys (round and client seconds, energy ledger windows): they differ run to run."""
-    return key in ("seconds", "train_seconds", "time_start", "time_end", "client_windows") or key.endswith(("_s", "_j"))
-
-
-def rows(run_dir: Path) -> list[dict[str, Any]]:
-    return [
-        {k: v for k, v in json.loads(line).items() if not is_timing(k)} for line in (run_dir / "metrics.jsonl").read_text().splitlines()
-    ]
 
 
 def test_resumed_run_equals_the_uninterrupted_run(tmp_path: Path) -> None:
