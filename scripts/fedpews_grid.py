@@ -7,7 +7,7 @@ thread each, in the order listed (paper settings first). Resumable: a run folder
 holds model.npz is finished and skipped.
 
     nice -n 10 env PYTHONPATH=. .venv/bin/python scripts/fedpews_grid.py runs/fedpews-grid \
-        --jobs 2 [--groups n4,e5] > grid.log 2>&1
+        --jobs 2 [--groups n4,e5] [--seeds 0,1] > grid.log 2>&1
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ GROUPS: dict[str, list[Entry]] = {
         ("fedpews-lambda5", N4["fedpews"], {"diversity-weight": 5.0}),
         ("fedpews-shared", N4["fedpews"], {"mask-draw": "shared"}),
         ("fedpews-activation", N4["fedpews"], {"mask-impl": "activation"}),
+        ("fedpews-masklr1", N4["fedpews"], {"mask-lr": 1.0}),
+        ("fedpews-masklr10", N4["fedpews"], {"mask-lr": 10.0}),
     ],
     "n4-both": [
         (f"{m}-{tag}", N4[m], extra)
@@ -99,13 +101,13 @@ def run_one(job: tuple[str, str, dict[str, Any]]) -> str:
     return f"done {run_dir} in {time.perf_counter() - start:.0f}s"
 
 
-def jobs_for(root: Path, groups: list[str]) -> list[tuple[str, str, dict[str, Any]]]:
+def jobs_for(root: Path, groups: list[str], seeds: tuple[int, ...] = SEEDS) -> list[tuple[str, str, dict[str, Any]]]:
     """Unfinished runs, seed-major inside each group so that partial grids already pair up."""
     out = []
     for group in groups:
         if group not in GROUPS:
             raise SystemExit(f"unknown group {group!r}; expected one of {', '.join(GROUPS)}")
-        for seed in SEEDS:
+        for seed in seeds:
             for name, stem, extra in GROUPS[group]:
                 run_dir = root / group / f"{name}-seed{seed}"
                 if not (run_dir / "model.npz").exists():
@@ -118,10 +120,11 @@ def main() -> None:
     parser.add_argument("root", nargs="?", default="runs/fedpews-grid")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--groups", default=",".join(GROUPS), help=f"comma list of {', '.join(GROUPS)}")
+    parser.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="comma list of seeds")
     args = parser.parse_args()
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = "1"
-    jobs = jobs_for(Path(args.root), args.groups.split(","))
+    jobs = jobs_for(Path(args.root), args.groups.split(","), tuple(int(s) for s in args.seeds.split(",")))
     print(f"{len(jobs)} runs to do", flush=True)
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         for line in pool.imap_unordered(run_one, jobs):
