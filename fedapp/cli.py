@@ -31,7 +31,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markdown import Markdown
 
-    md, png = report(args.runs, out, args.target, args.metric, args.baseline, frozenset(args.group_ignore), args.bytes, args.tiers)
+    md, png = report(
+        args.runs, out, args.target, args.metric, args.baseline, frozenset(args.group_ignore), args.bytes, args.tiers,
+        per_seed=args.per_seed, warmup=args.warmup,
+    )  # fmt: skip
     if sys.stdout.isatty():
         Console().print(Markdown(md))
     else:
@@ -57,6 +60,8 @@ def parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--bytes", choices=("both", "up", "down"), default="both", help="bytes on the accuracy-vs-communication axis")
     rep.add_argument("--tiers", action="store_true", help="add rounds, client-rounds saved and train seconds by active fraction")
+    rep.add_argument("--per-seed", action="store_true", help="add final accuracy (and round to target) per seed, groups side by side")
+    rep.add_argument("--warmup", action="store_true", help="add bytes_up in warmup vs full rounds and the warmup mask statistics (FedPeWS)")
     rep.set_defaults(fn=cmd_report)
     add_data(sub)
     add_energy(sub)

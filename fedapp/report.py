@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedapp.report_sections import per_seed_table, warmup_table
 from fedapp.results import read_config, read_metrics
 
 ENERGY_KEYS = ("round_j", "external_j")  # on-device meters first, then a joined wall-plug log
@@ -88,7 +89,7 @@ def group_runs(runs: list[Run], ignore: frozenset[str] = frozenset()) -> dict[st
         sig = tuple(sorted((k, repr(v)) for k, v in run.config.items() if k not in IGNORED_IN_GROUPING | ignore))
         if sig not in keys:
             base = run.label.rsplit("-seed", 1)[0] if "-seed" in run.label else run.label
-            name = base if base not in groups else run.label
+            name = next((n for n in (base, f"{run.path.parent.name}/{base}") if n not in groups), run.label)
             keys[sig] = name
             groups[name] = []
         groups[keys[sig]].append(run)
@@ -223,6 +224,8 @@ def report(
     ignore: frozenset[str] = frozenset(),
     direction: str = "both",
     tiers: bool = False,
+    per_seed: bool = False,
+    warmup: bool = False,
 ) -> tuple[str, Path]:
     runs = load_runs(paths)
     if target is None:
@@ -232,6 +235,10 @@ def report(
         md += "\n" + savings(runs, baseline, key, ignore)
     if tiers:
         md += "\n" + tier_table(runs, key, ignore)
+    if per_seed:
+        md += "\n" + per_seed_table(group_runs(runs, ignore), target, key)
+    if warmup:
+        md += "\n" + warmup_table(group_runs(runs, ignore))
     out = Path(out_dir)
     png = plot(runs, out / f"{key}.png", key, direction)
     (out / "report.md").write_text(md + f"\n![{key}]({png.name})\n")

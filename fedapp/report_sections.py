@@ -1,0 +1,62 @@
+"""Optional ``fedapp report`` sections: per-seed (paired) outcomes and the warmup wire table.
+
+Seeds pair runs across groups (same model init, batch order and mask draws for the same
+seed), so a per-seed table shows whether a gain holds on every seed or only on average.
+The warmup table splits ``bytes_up`` into warmup and full rounds (FedPeWS's ``warmup``
+flag) next to the mask statistics the server logs in warmup rounds.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fedapp.report import Run
+
+
+def per_seed_table(groups: dict[str, list[Run]], target: float, key: str = "accuracy") -> str:
+    """Rows = seeds, columns = groups; cell = final ``key`` % and, when reached, the round
+    of the first ``key`` >= target in parentheses."""
+    seeds = sorted({int(r.config.get("seed", 0)) for group in groups.values() for r in group})
+    names = list(groups)
+    lines = [
+        f"| seed | {' | '.join(names)} |",
+        "|---" * (len(names) + 1) + "|",
+    ]
+    for seed in seeds:
+        cells = []
+        for name in names:
+            run = next((r for r in groups[name] if int(r.config.get("seed", 0)) == seed), None)
+            if run is None or not run.series(key):
+                cells.append("—")
+                continue
+            reached = run.rounds_to(target, key)
+            cells.append(f"{run.series(key)[-1] * 100:.2f}" + (f" ({reached})" if reached is not None else ""))
+        lines.append(f"| {seed} | {' | '.join(cells)} |")
+    return f"Final {key} % per seed (round of first {key} ≥ {target:.0%} in parentheses):\n\n" + "\n".join(lines) + "\n"
+
+
+def _mean(values: list[float], fmt: str) -> str:
+    return format(statistics.mean(values), fmt) if values else "—"
+
+
+def warmup_table(groups: dict[str, list[Run]]) -> str:
+    """Per group: warmup rounds, mean bytes_up per warmup round and per full round, and the
+    mask density and overlap (mean pairwise Jaccard) of the last warmup round."""
+    lines = [
+        "| run | seeds | warmup rounds | bytes_up per warmup round | mask density (last warmup) "
+        "| mask overlap (last warmup) | bytes_up per round after warmup |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, group in groups.items():
+        warm = [row for r in group for row in r.rows if row.get("warmup")]
+        full = [row for r in group for row in r.rows if not row.get("warmup")]
+        last = [[row for row in r.rows if row.get("warmup")][-1] for r in group if any(row.get("warmup") for row in r.rows)]
+        lines.append(
+            f"| {name} | {len(group)} | {len(warm) // len(group)} | {_mean([float(r['bytes_up']) for r in warm], ',.0f')} | "
+            f"{_mean([float(r['mask_density']) for r in last if 'mask_density' in r], '.3f')} | "
+            f"{_mean([float(r['mask_overlap']) for r in last if 'mask_overlap' in r], '.3f')} | "
+            f"{_mean([float(r['bytes_up']) for r in full], ',.0f')} |"
+        )
+    return "\n".join(lines) + "\n"
