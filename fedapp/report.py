@@ -16,6 +16,7 @@ FedSPU paper's early-stopping comparison).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,7 @@ class Run:
         return None
 
 
-def load_runs(paths: list[str | Path]) -> list[Run]:
+def load_runs(paths: Sequence[str | Path]) -> list[Run]:
     return [Run(Path(p), read_config(p), read_metrics(p, energy=True)) for p in paths]
 
 
@@ -216,7 +217,7 @@ def plot(runs: list[Run], out: Path, key: str = "accuracy", direction: str = "bo
 
 
 def report(
-    paths: list[str | Path],
+    paths: Sequence[str | Path],
     out_dir: str | Path,
     target: float | None = None,
     key: str = "accuracy",
