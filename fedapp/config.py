@@ -73,7 +73,7 @@ def energy_meter_check(v: Any) -> str | None:
     return "auto, none, external, jetson, rapl, nvml, or distinct back ends joined by '+' such as 'rapl+nvml'"
 
 
-PARTITION_RE = re.compile(r"^\s*\d+(\s*,\s*\d+)*(\s*\|\s*\d+(\s*,\s*\d+)*)+\s*$")
+PARTITION_RE = re.compile(r"^\s*\d+(\s*,\s*\d+)*(\s*\|\s*\d+(\s*,\s*\d+)*)*\s*$")
 
 
 def partition_check(v: Any) -> str | None:

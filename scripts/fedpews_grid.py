@@ -58,6 +58,8 @@ GROUPS: dict[str, list[Entry]] = {
         ("fedavg", N2["fedavg"], COL3),
         ("fedpews", N2["fedpews"], {**COL3, "diversity-weight": 1.0, "warmup-fraction": 0.1875}),
     ],
+    # Centralised reference for N = 4: one client holds all four classes, same steps per round.
+    "n4-central": [("central", N4["fedavg"], {"partition": "0,1,2,3", "num-clients": 1})],
     # N = 4 sweeps: the spec's suggestions and the list (local steps, mask init, tau, eta_g, optimizer).
     "n4-pews-options": [
         ("fedpews-init-1", N4["fedpews"], {"mask-init": -1.0}),

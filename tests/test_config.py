@@ -52,6 +52,10 @@ def test_bad_values_name_key_value_and_allowed(override: dict[str, object], need
     assert needle in str(err.value)
 
 
+def test_a_single_class_group_is_a_valid_partition() -> None:
+    assert resolve(full_config({"partition": "0,1,2,3", "num-clients": 1}))[0].partition == "0,1,2,3"
+
+
 def test_overrides_parse_like_flwr_run() -> None:
     assert parse_overrides("lr=0.1 method='fedprox' num-clients=4 momentum=0") == {
         "lr": 0.1,

@@ -46,6 +46,8 @@ def test_explicit_groups_give_each_client_exactly_its_classes() -> None:
     assert np.sum(labels[shared[0]] == 1) == 5 and np.sum(labels[shared[1]] == 1) == 5
     with pytest.raises(ConfigError, match="names 2 client groups but 'num-clients' = 3"):
         partition_indices("0,1|2,3", labels, 3, seed=0)
+    (central,) = partition_indices("0,1,2,3", labels, 1, seed=0)  # one group: a centralised reference
+    assert sorted(central.tolist()) == list(range(40))
 
 
 @pytest.mark.parametrize("kind", ["iid", "dirichlet", "pathological"])

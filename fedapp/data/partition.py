@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedapp.config import ConfigError
+from fedapp.config import PARTITION_RE, ConfigError
 
 
 def explicit_groups(spec: str, labels: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
@@ -88,7 +88,7 @@ def partition_indices(
             raise ConfigError(f"run-config key 'classes-per-client' = {classes_per_client} exceeds the {n_classes} classes")
         p = PathologicalPartitioner(num_clients, "label", classes_per_client, class_assignment_mode="random", seed=seed)
         return _flower_partition(p, labels, ordered, num_clients)
-    if "|" in kind:
+    if PARTITION_RE.match(kind):
         return explicit_groups(kind, labels, num_clients, seed)
     raise ConfigError(f"run-config key 'partition' = {kind!r} is not supported for this dataset")
 
