@@ -83,16 +83,25 @@ def load_runs(paths: Sequence[str | Path]) -> list[Run]:
     return [Run(Path(p), read_config(p), read_metrics(p, energy=True)) for p in paths]
 
 
+def base_name(run: Run) -> str:
+    return run.label.rsplit("-seed", 1)[0] if "-seed" in run.label else run.label
+
+
 def group_runs(runs: list[Run], ignore: frozenset[str] = frozenset()) -> dict[str, list[Run]]:
+    """Groups of seeds, named after the run folder without ``-seedN``; a name used in more
+    than one parent folder (``n2/fedavg``, ``e5/fedavg``) is prefixed with the folder."""
+    parents: dict[str, set[Path]] = {}
+    for run in runs:
+        parents.setdefault(base_name(run), set()).add(run.path.parent)
     groups: dict[str, list[Run]] = {}
     keys: dict[tuple[tuple[str, str], ...], str] = {}
     for run in runs:
         sig = tuple(sorted((k, repr(v)) for k, v in run.config.items() if k not in IGNORED_IN_GROUPING | ignore))
         if sig not in keys:
-            base = run.label.rsplit("-seed", 1)[0] if "-seed" in run.label else run.label
-            name = next((n for n in (base, f"{run.path.parent.name}/{base}") if n not in groups), run.label)
-            keys[sig] = name
-            groups[name] = []
+            base = base_name(run)
+            base = f"{run.path.parent.name}/{base}" if len(parents[base]) > 1 else base
+            keys[sig] = base if base not in groups else run.label
+            groups[keys[sig]] = []
         groups[keys[sig]].append(run)
     return groups
 

@@ -56,5 +56,5 @@ def test_same_names_in_different_folders_are_different_groups(tmp_path: Path) ->
         write_run(tmp_path / "e5" / "fedavg-seed0", "fedavg", 0, acc_rows([0.7]), lr=0.01),
     ]
     md, _ = report(runs, tmp_path / "out", target=0.9, per_seed=True)
-    assert "| fedavg | fedavg | 1 | 50.00 |" in md and "| e5/fedavg | fedavg | 1 | 70.00 |" in md
+    assert "| n2/fedavg | fedavg | 1 | 50.00 |" in md and "| e5/fedavg | fedavg | 1 | 70.00 |" in md
     assert "| 0 | 50.00 | 70.00 |" in md
