@@ -103,7 +103,9 @@ def run_one(job: tuple[str, str, dict[str, Any]]) -> str:
     return f"done {run_dir} in {time.perf_counter() - start:.0f}s"
 
 
-def jobs_for(root: Path, groups: list[str], seeds: tuple[int, ...] = SEEDS) -> list[tuple[str, str, dict[str, Any]]]:
+def jobs_for(
+    root: Path, groups: list[str], seeds: tuple[int, ...] = SEEDS, only: frozenset[str] = frozenset()
+) -> list[tuple[str, str, dict[str, Any]]]:
     """Unfinished runs, seed-major inside each group so that partial grids already pair up."""
     out = []
     for group in groups:
@@ -111,6 +113,8 @@ def jobs_for(root: Path, groups: list[str], seeds: tuple[int, ...] = SEEDS) -> l
             raise SystemExit(f"unknown group {group!r}; expected one of {', '.join(GROUPS)}")
         for seed in seeds:
             for name, stem, extra in GROUPS[group]:
+                if only and name not in only:
+                    continue
                 run_dir = root / group / f"{name}-seed{seed}"
                 if not (run_dir / "model.npz").exists():
                     out.append((str(run_dir), stem, {**extra, "seed": seed}))
@@ -123,10 +127,16 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--groups", default=",".join(GROUPS), help=f"comma list of {', '.join(GROUPS)}")
     parser.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="comma list of seeds")
+    parser.add_argument("--only", default="", help="comma list of run names inside the groups (default: all)")
     args = parser.parse_args()
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = "1"
-    jobs = jobs_for(Path(args.root), args.groups.split(","), tuple(int(s) for s in args.seeds.split(",")))
+    jobs = jobs_for(
+        Path(args.root),
+        args.groups.split(","),
+        tuple(int(s) for s in args.seeds.split(",")),
+        frozenset(filter(None, args.only.split(","))),
+    )
     print(f"{len(jobs)} runs to do", flush=True)
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         for line in pool.imap_unordered(run_one, jobs):

@@ -70,5 +70,7 @@ def test_jobs_skip_finished_runs(tmp_path: Path) -> None:
     finished.mkdir(parents=True)
     (finished / "model.npz").write_bytes(b"")
     assert [j[0] for j in GRID.jobs_for(tmp_path, ["n4"])] == [j[0] for j in jobs[1:]]
+    picked = GRID.jobs_for(tmp_path, ["n4"], (2,), frozenset({"fedpews"}))
+    assert [(Path(j[0]).name, j[2]["seed"]) for j in picked] == [("fedpews-seed2", 2)]
     with pytest.raises(SystemExit, match="unknown group 'n5'"):
         GRID.jobs_for(tmp_path, ["n5"])
