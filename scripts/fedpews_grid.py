@@ -72,6 +72,8 @@ GROUPS: dict[str, list[Entry]] = {
         ("fedpews-activation", N4["fedpews"], {"mask-impl": "activation"}),
         ("fedpews-masklr1", N4["fedpews"], {"mask-lr": 1.0}),
         ("fedpews-masklr10", N4["fedpews"], {"mask-lr": 10.0}),
+        ("fedpews-ste-identity", N4["fedpews"], {"ste": "identity"}),
+        ("fedpews-extent-rows", N4["fedpews"], {"mask-extent": "rows"}),
     ],
     "n4-both": [
         (f"{m}-{tag}", N4[m], extra)

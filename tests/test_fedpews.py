@@ -65,6 +65,38 @@ def test_ste_gradient_reaches_scores_and_equals_dL_dm_times_sigmoid_slope() -> N
     assert torch.all(grad[bits == 0] == 0)  # weight masking: an off neuron outputs relu(0) and gets none
 
 
+def test_identity_ste_passes_dL_dm_to_the_scores_without_the_sigmoid_slope() -> None:
+    model, x, y = tiny()
+    layout = neuron_layout(model)
+    scores = torch.tensor([0.5, -0.3, 1.0, 0.2, -1.0, 0.4, 2.0])
+    new, drawn = WarmupLoop(model, layout, SGD, ste="identity").score_step(x, y, scores, None, 0.0, 1.0, torch.Generator().manual_seed(7))
+    m = drawn.clone().requires_grad_()
+    (dl_dm,) = torch.autograd.grad(by_hand_loss(model, x, y, m[:4], m[4:]), m)
+    assert torch.allclose(scores - new, dl_dm, atol=1e-6)
+    assert (dl_dm[drawn == 1].abs() > 0).any()
+
+
+def test_rows_extent_masks_incoming_weights_only() -> None:
+    """D11 option: layer l's weight mask is outer(m_l, 1), so the outgoing weights of an off
+    neuron stay in the sub-model (they are uploaded) but get no gradient (the neuron outputs 0)."""
+    model, x, y = tiny()
+    layout = neuron_layout(model)
+    mask = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0])
+    shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    rows = torch_param_masks(layout, split(layout, mask), shapes, "rows")
+    assert torch.equal(rows["1.weight"], torch.outer(mask[:4], torch.ones(3)))
+    assert torch.equal(rows["3.weight"], torch.outer(mask[4:], torch.ones(4))) and torch.equal(rows["5.weight"], torch.ones(2, 3))
+    outer, by_rows = WarmupLoop(model, layout, SGD), WarmupLoop(model, layout, SGD, extent="rows")
+    assert torch.allclose(outer.forward(x, mask), by_rows.forward(x, mask), atol=1e-6)  # an off neuron outputs 0 either way
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    by_rows.weight_step(x, y, mask)
+    after = dict(model.named_parameters())
+    off_in, on_out = mask[:4] == 0, mask[4:] == 1  # off layer-1 neurons: their outgoing weights are columns of 3.weight
+    assert torch.equal(after["3.weight"][:, off_in], before["3.weight"][:, off_in])
+    assert not torch.equal(after["3.weight"][on_out][:, ~off_in], before["3.weight"][on_out][:, ~off_in])
+    np.testing.assert_array_equal(model_param_masks(model, [mask[:4].numpy(), mask[4:].numpy()], "rows")["5.weight"], np.ones((2, 3), bool))
+
+
 def test_activation_masking_gives_off_neurons_a_task_gradient_and_the_same_forward() -> None:
     model, x, y = tiny()
     layout = neuron_layout(model)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from flwr.app import Message
 
 from client_app import app as client_app
@@ -78,8 +79,9 @@ class RecordingGrid(LocalGrid):
         return reply
 
 
-def test_learned_warmup_uploads_masked_values_plus_neuron_bits_then_dense(tmp_path: Path) -> None:
-    raw = full_config({**BASE, "method": "fedpews", "diversity-weight": 1.0, "run-dir": str(tmp_path / "pews")})
+@pytest.mark.parametrize("extent", ["outer", "rows"])
+def test_learned_warmup_uploads_masked_values_plus_neuron_bits_then_dense(tmp_path: Path, extent: str) -> None:
+    raw = full_config({**BASE, "method": "fedpews", "diversity-weight": 1.0, "mask-extent": extent, "run-dir": str(tmp_path / "pews")})
     grid = RecordingGrid(client_app, raw, 2)
     got = rows(serve(grid, raw, discovery_timeout=5.0))
     layout = neuron_layout(mlp(64, (8, 6), 10))
@@ -100,8 +102,12 @@ def test_learned_warmup_uploads_masked_values_plus_neuron_bits_then_dense(tmp_pa
             densities.append(neuron.mean())
             m1, m2 = neuron[:8], neuron[8:]
             values = from_record(reply.content.array_records["values"])
-            expected = {"1.weight": m1.sum() * 64, "1.bias": m1.sum(), "3.weight": m2.sum() * m1.sum(), "3.bias": m2.sum()}
-            expected |= {"5.weight": 10 * m2.sum(), "5.bias": 10}
+            if extent == "outer":
+                expected = {"1.weight": m1.sum() * 64, "1.bias": m1.sum(), "3.weight": m2.sum() * m1.sum(), "3.bias": m2.sum()}
+                expected |= {"5.weight": 10 * m2.sum(), "5.bias": 10}
+            else:  # incoming weights and bias of kept neurons; the output layer whole
+                expected = {"1.weight": m1.sum() * 64, "1.bias": m1.sum(), "3.weight": m2.sum() * 8, "3.bias": m2.sum()}
+                expected |= {"5.weight": 10 * 6, "5.bias": 10}
             assert {k: v.size for k, v in values.items()} == {k: int(v) for k, v in expected.items() if v > 0}
             bits = from_record(reply.content.array_records["mask"])
             if m1.any() and not m1.all():

@@ -58,6 +58,11 @@ class PeWSParams:
     )  # fmt: skip
     diversity_ref: str = key("masks", one_of("masks", "probs"), "ref_i (D2): mean of the others' last masks, or of their probabilities")
     mask_impl: str = key("weight", one_of("weight", "activation"), "forward masking (D12): weights x*M, or hidden activations")
+    mask_extent: str = key(
+        "outer", one_of("outer", "rows"),
+        "weights a neuron mask covers (D11): in- and out-neuron outer product, or incoming weights and bias only",
+    )  # fmt: skip
+    ste: str = key("sigmoid", one_of("sigmoid", "identity"), "straight-through scope (D5): keep sigmoid'(s), or pass dL/dm to s")
 
 
 def warmup_rounds(params: PeWSParams, cfg: RunConfig) -> int:
@@ -159,7 +164,8 @@ class PeWSClient(ClientPolicy):
         layout = neuron_layout(job.model)
         scores = self.load_scores(job, layout)
         ref = self.reference(job, layout)
-        loop = WarmupLoop(job.model, layout, settings_of(self.cfg), p.mask_impl, self.cfg.proximal_mu if self.cfg.uses_prox else 0.0)
+        mu = self.cfg.proximal_mu if self.cfg.uses_prox else 0.0
+        loop = WarmupLoop(job.model, layout, settings_of(self.cfg), p.mask_impl, mu, p.mask_extent, p.ste)
         x, y = job.tensors()
         pews = {"ref": ref, "weight": p.diversity_weight, "lr": p.mask_lr, "shared": p.mask_draw == "shared"}
         stats, scores = loop.run(x, y, scores, pews, job.gen)
@@ -173,7 +179,7 @@ class PeWSClient(ClientPolicy):
         if p.diversity_ref == "probs":
             records[PROBS] = dict(zip(self.names(layout), layout.split(probs.astype(np.float32)), strict=True))
         metrics = {**train_metrics(stats), "mask-density": float(upload.mean())}
-        return ClientResult(metrics, masks=model_param_masks(job.model, layout.split(upload)), records=records)
+        return ClientResult(metrics, masks=model_param_masks(job.model, layout.split(upload), p.mask_extent), records=records)
 
     @staticmethod
     def names(layout: NeuronLayout) -> list[str]:

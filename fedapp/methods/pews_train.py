@@ -25,11 +25,12 @@ def split(layout: NeuronLayout, flat: torch.Tensor) -> list[torch.Tensor]:
     return list(torch.split(flat, list(layout.widths)))
 
 
-def ste_mask(scores: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """Bernoulli(sigmoid(s)) sample whose gradient is taken through sigmoid (spec D5):
-    forward value bern(theta), backward d/ds = dL/dm * sigmoid'(s)."""
+def ste_mask(scores: torch.Tensor, gen: torch.Generator, identity: bool = False) -> torch.Tensor:
+    """Bernoulli(sigmoid(s)) sample with a straight-through gradient (spec D5): forward value
+    bern(theta); backward d/ds = dL/dm * sigmoid'(s), or dL/dm itself when ``identity``."""
     theta = torch.sigmoid(scores)
-    return torch.bernoulli(theta.detach(), generator=gen) + theta - theta.detach()
+    through = scores if identity else theta
+    return torch.bernoulli(theta.detach(), generator=gen) + through - through.detach()
 
 
 def diversity_term(scores: torch.Tensor, ref: torch.Tensor, weight: float) -> torch.Tensor:
@@ -66,8 +67,18 @@ class WarmupLoop:
     """One client's warmup round: per minibatch, Procedure I (score step, weights frozen)
     then Procedure II (weight step under a mask drawn from the updated scores, same batch)."""
 
-    def __init__(self, model: nn.Module, layout: NeuronLayout, settings: TrainSettings, impl: str = "weight", prox_mu: float = 0.0):
+    def __init__(
+        self,
+        model: nn.Module,
+        layout: NeuronLayout,
+        settings: TrainSettings,
+        impl: str = "weight",
+        prox_mu: float = 0.0,
+        extent: str = "outer",
+        ste: str = "sigmoid",
+    ):
         self.model, self.layout, self.settings, self.impl, self.mu = model, layout, settings, impl, prox_mu
+        self.extent, self.ste_identity = extent, ste == "identity"
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.shapes = {n: tuple(p.shape) for n, p in self.named}
         self.opt = make_optimizer([p for _, p in self.named], settings)
@@ -81,7 +92,7 @@ class WarmupLoop:
         if self.impl == "activation":
             with input_masks(self.model, self.layout, pieces):
                 return self.model(x)  # type: ignore[no-any-return]
-        pm = torch_param_masks(self.layout, pieces, self.shapes)
+        pm = torch_param_masks(self.layout, pieces, self.shapes, self.extent)
         params = {n: p * pm[n] if n in pm else p for n, p in self.named}
         return functional_call(self.model, params, (x,))  # type: ignore[no-any-return]
 
@@ -98,7 +109,7 @@ class WarmupLoop:
         """Procedure I: s <- s - lr * grad_s [CE(f(x * M(m~))) - lambda * div]. Returns the new
         scores and the binary mask drawn for this step."""
         s = scores.detach().requires_grad_()
-        m = ste_mask(s, gen)
+        m = ste_mask(s, gen, self.ste_identity)
         loss = self.loss_fn(self.forward(x, m), y)
         if ref is not None and weight > 0:
             loss = loss + diversity_term(s, ref, weight)
@@ -107,7 +118,7 @@ class WarmupLoop:
 
     def weight_step(self, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> float:
         """Procedure II: x <- x - lr * M' * grad_x [CE(f(x * M')) + (mu/2)||M' * (x - x_start)||^2]."""
-        pm = torch_param_masks(self.layout, split(self.layout, mask), self.shapes)
+        pm = torch_param_masks(self.layout, split(self.layout, mask), self.shapes, self.extent)
         self.opt.zero_grad(set_to_none=True)
         task = self.loss_fn(self.forward(x, mask), y)
         loss = task + proximal_term(self.mu, self.anchor, pm)(self.model) if self.mu > 0 else task
