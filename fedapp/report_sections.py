@@ -16,24 +16,34 @@ if TYPE_CHECKING:
 
 
 def per_seed_table(groups: dict[str, list[Run]], target: float, key: str = "accuracy") -> str:
-    """Rows = seeds, columns = groups; cell = final ``key`` % and, when reached, the round
-    of the first ``key`` >= target in parentheses."""
+    """Rows = groups, columns = seeds; cell = final ``key`` % and, when reached, the round of
+    the first ``key`` >= target in parentheses. The last column is the paired difference
+    from the first group: the mean over the seeds both have of (this - first), in points."""
     seeds = sorted({int(r.config.get("seed", 0)) for group in groups.values() for r in group})
+
+    def finals(group: list[Run]) -> dict[int, Run]:
+        return {int(r.config.get("seed", 0)): r for r in group if r.series(key)}
+
     names = list(groups)
+    first = finals(groups[names[0]]) if names else {}
     lines = [
-        f"| seed | {' | '.join(names)} |",
-        "|---" * (len(names) + 1) + "|",
+        f"| run | {' | '.join(f'seed {s}' for s in seeds)} | paired Δ vs {names[0] if names else '—'} (points) |",
+        "|---" * (len(seeds) + 2) + "|",
     ]
-    for seed in seeds:
+    for name in names:
+        runs = finals(groups[name])
         cells = []
-        for name in names:
-            run = next((r for r in groups[name] if int(r.config.get("seed", 0)) == seed), None)
-            if run is None or not run.series(key):
+        for seed in seeds:
+            run = runs.get(seed)
+            if run is None:
                 cells.append("—")
                 continue
             reached = run.rounds_to(target, key)
             cells.append(f"{run.series(key)[-1] * 100:.2f}" + (f" ({reached})" if reached is not None else ""))
-        lines.append(f"| {seed} | {' | '.join(cells)} |")
+        shared = sorted(set(runs) & set(first))
+        diffs = [(runs[s].series(key)[-1] - first[s].series(key)[-1]) * 100 for s in shared]
+        delta = f"{statistics.mean(diffs):+.2f} ({len(diffs)} seeds)" if diffs and name != names[0] else "—"
+        lines.append(f"| {name} | {' | '.join(cells)} | {delta} |")
     return f"Final {key} % per seed (round of first {key} ≥ {target:.0%} in parentheses):\n\n" + "\n".join(lines) + "\n"
 
 

@@ -28,9 +28,9 @@ def test_per_seed_pairs_groups_by_seed(tmp_path: Path) -> None:
         write_run(tmp_path / "pews-seed1", "fedpews", 1, acc_rows([0.9, 0.91, 0.925])),
     ]
     md = per_seed_table(group_runs(load_runs(runs)), target=0.9)
-    assert "| seed | avg | pews |" in md
-    assert "| 0 | 97.00 (2) | — |" in md  # first round >= 90 % is round 2
-    assert "| 1 | 80.00 | 92.50 (1) |" in md  # never reached: no parentheses
+    assert "| run | seed 0 | seed 1 | paired Δ vs avg (points) |" in md
+    assert "| avg | 97.00 (2) | 80.00 | — |" in md  # first round >= 90 % is round 2; never reached: no parentheses
+    assert "| pews | — | 92.50 (1) | +12.50 (1 seeds) |" in md  # paired on seed 1 only: 92.5 - 80
 
 
 def test_warmup_table_splits_bytes_by_phase(tmp_path: Path) -> None:
@@ -57,4 +57,4 @@ def test_same_names_in_different_folders_are_different_groups(tmp_path: Path) ->
     ]
     md, _ = report(runs, tmp_path / "out", target=0.9, per_seed=True)
     assert "| n2/fedavg | fedavg | 1 | 50.00 |" in md and "| e5/fedavg | fedavg | 1 | 70.00 |" in md
-    assert "| 0 | 50.00 | 70.00 |" in md
+    assert "| n2/fedavg | 50.00 | — |" in md and "| e5/fedavg | 70.00 | +20.00 (1 seeds) |" in md
