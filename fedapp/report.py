@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedapp.report_sections import per_seed_table, warmup_table
+from fedapp.report_sections import group_target, per_seed_table, warmup_table
 from fedapp.results import read_config, read_metrics
 
 ENERGY_KEYS = ("round_j", "external_j")  # on-device meters first, then a joined wall-plug log
@@ -124,12 +124,16 @@ def rounds_cell(rounds: list[int | None]) -> str:
     return mean_std([float(r) for r in reached], digits=1) + (f" ({len(reached)}/{len(rounds)})" if len(reached) < len(rounds) else "")
 
 
-def table(runs: list[Run], target: float, key: str = "accuracy", ignore: frozenset[str] = frozenset()) -> str:
-    """Markdown table, one row per group of seeds (energy columns when any run has joules)."""
+def table(runs: list[Run], target: float | None, key: str = "accuracy", ignore: frozenset[str] = frozenset()) -> str:
+    """Markdown table, one row per group of seeds (energy columns when any run has joules).
+    ``target=None``: each group is measured against its own ``target-accuracy``, shown in the cell."""
     energy = any(r.energy_key for r in runs)
-    head = f"| run | method | seeds | final {key} % | best {key} % | rounds to {target:.0%} | total MB up | total MB down |"
-    lines = [head + (f" total energy J | energy to {target:.0%} J |" if energy else ""), "|---" * (10 if energy else 8) + "|"]
+    goal = "target" if target is None else f"{target:.0%}"
+    head = f"| run | method | seeds | final {key} % | best {key} % | rounds to {goal} | total MB up | total MB down |"
+    lines = [head + (f" total energy J | energy to {goal} J |" if energy else ""), "|---" * (10 if energy else 8) + "|"]
     for name, group in group_runs(runs, ignore).items():
+        t = group_target(group, target)
+        shown = f" @ {t:.0%}" if target is None else ""
         finals = [r.series(key)[-1] for r in group if r.series(key)]
         bests = [max(r.series(key)) for r in group if r.series(key)]
         up = [sum(r.series("bytes_up")) / 1e6 for r in group]
@@ -137,8 +141,8 @@ def table(runs: list[Run], target: float, key: str = "accuracy", ignore: frozens
         method = group[0].config.get("method", "?")
         lines.append(
             f"| {name} | {method} | {len(group)} | {mean_std(finals, 100)} | {mean_std(bests, 100)} | "
-            f"{rounds_cell([r.rounds_to(target, key) for r in group])} | {mean_std(up, digits=3)} | {mean_std(down, digits=3)} |"
-            + (energy_cells(group, target, key) if energy else "")
+            f"{rounds_cell([r.rounds_to(t, key) for r in group])}{shown} | {mean_std(up, digits=3)} | {mean_std(down, digits=3)} |"
+            + (energy_cells(group, t, key) if energy else "")
         )
     return "\n".join(lines) + "\n"
 
@@ -238,8 +242,8 @@ def report(
     warmup: bool = False,
 ) -> tuple[str, Path]:
     runs = load_runs(paths)
-    if target is None:
-        target = float(runs[0].config.get("target-accuracy", 0.99))
+    if target is None and len({r.config.get("target-accuracy", 0.99) for r in runs}) == 1:
+        target = float(runs[0].config.get("target-accuracy", 0.99))  # one target: name it in the header
     md = table(runs, target, key, ignore)
     if baseline is not None:
         md += "\n" + savings(runs, baseline, key, ignore)

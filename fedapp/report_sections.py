@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from fedapp.report import Run
 
 
-def per_seed_table(groups: dict[str, list[Run]], target: float, key: str = "accuracy") -> str:
+def per_seed_table(groups: dict[str, list[Run]], target: float | None, key: str = "accuracy") -> str:
     """Rows = groups, columns = seeds; cell = final ``key`` % and, when reached, the round of
     the first ``key`` >= target in parentheses. The last column is the paired difference
     from the first group: the mean over the seeds both have of (this - first), in points."""
@@ -38,13 +38,19 @@ def per_seed_table(groups: dict[str, list[Run]], target: float, key: str = "accu
             if run is None:
                 cells.append("—")
                 continue
-            reached = run.rounds_to(target, key)
+            reached = run.rounds_to(group_target(groups[name], target), key)
             cells.append(f"{run.series(key)[-1] * 100:.2f}" + (f" ({reached})" if reached is not None else ""))
         shared = sorted(set(runs) & set(first))
         diffs = [(runs[s].series(key)[-1] - first[s].series(key)[-1]) * 100 for s in shared]
         delta = f"{statistics.mean(diffs):+.2f} ({len(diffs)} seeds)" if diffs and name != names[0] else "—"
         lines.append(f"| {name} | {' | '.join(cells)} | {delta} |")
-    return f"Final {key} % per seed (round of first {key} ≥ {target:.0%} in parentheses):\n\n" + "\n".join(lines) + "\n"
+    goal = "each run's target-accuracy" if target is None else f"{target:.0%}"
+    return f"Final {key} % per seed (round of first {key} ≥ {goal} in parentheses):\n\n" + "\n".join(lines) + "\n"
+
+
+def group_target(group: list[Run], target: float | None) -> float:
+    """``target``, or (None) the group's own ``target-accuracy`` (the same for all its seeds)."""
+    return target if target is not None else float(group[0].config.get("target-accuracy", 0.99))
 
 
 def _mean(values: list[float], fmt: str) -> str:

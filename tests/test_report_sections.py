@@ -58,3 +58,16 @@ def test_same_names_in_different_folders_are_different_groups(tmp_path: Path) ->
     md, _ = report(runs, tmp_path / "out", target=0.9, per_seed=True)
     assert "| n2/fedavg | fedavg | 1 | 50.00 |" in md and "| e5/fedavg | fedavg | 1 | 70.00 |" in md
     assert "| n2/fedavg | 50.00 | — |" in md and "| e5/fedavg | 70.00 | +20.00 (1 seeds) |" in md
+
+
+def test_mixed_targets_use_each_groups_own_target(tmp_path: Path) -> None:
+    runs = [
+        write_run(tmp_path / "a-seed0", "fedavg", 0, acc_rows([0.5, 0.8, 0.95]), **{"target-accuracy": 0.9}),
+        write_run(tmp_path / "b-seed0", "fedavg", 0, acc_rows([0.5, 0.8, 0.95]), **{"target-accuracy": 0.75}),
+    ]
+    md, _ = report(runs, tmp_path / "out", per_seed=True)
+    assert "rounds to target" in md
+    assert "| a | fedavg | 1 | 95.00 | 95.00 | 3.0 @ 90% |" in md and "| b | fedavg | 1 | 95.00 | 95.00 | 2.0 @ 75% |" in md
+    assert "| a | 95.00 (3) | — |" in md and "| b | 95.00 (2) | +0.00 (1 seeds) |" in md
+    one, _ = report(runs[:1], tmp_path / "one")
+    assert "rounds to 90%" in one and "| 3.0 |" in one
