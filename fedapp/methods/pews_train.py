@@ -86,13 +86,17 @@ class WarmupLoop:
         self.anchor = {n: p.detach().clone() for n, p in self.named}
         self.loss_fn = nn.CrossEntropyLoss()
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """f(x_w * expand(mask); x) for weight masking, or activation masking (``impl``)."""
-        pieces = split(self.layout, mask)
+    def param_masks(self, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """expand(mask): parameter masks over ``self.extent`` (differentiable in ``mask``)."""
+        return torch_param_masks(self.layout, split(self.layout, mask), self.shapes, self.extent)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, pm: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """f(x_w * expand(mask); x) for weight masking, or activation masking (``impl``).
+        ``pm``: expand(mask) when the caller already has it (the weight step needs it too)."""
         if self.impl == "activation":
-            with input_masks(self.model, self.layout, pieces):
+            with input_masks(self.model, self.layout, split(self.layout, mask)):
                 return self.model(x)  # type: ignore[no-any-return]
-        pm = torch_param_masks(self.layout, pieces, self.shapes, self.extent)
+        pm = self.param_masks(mask) if pm is None else pm
         params = {n: p * pm[n] if n in pm else p for n, p in self.named}
         return functional_call(self.model, params, (x,))  # type: ignore[no-any-return]
 
@@ -118,9 +122,9 @@ class WarmupLoop:
 
     def weight_step(self, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> float:
         """Procedure II: x <- x - lr * M' * grad_x [CE(f(x * M')) + (mu/2)||M' * (x - x_start)||^2]."""
-        pm = torch_param_masks(self.layout, split(self.layout, mask), self.shapes, self.extent)
+        pm = self.param_masks(mask)
         self.opt.zero_grad(set_to_none=True)
-        task = self.loss_fn(self.forward(x, mask), y)
+        task = self.loss_fn(self.forward(x, mask, pm), y)
         loss = task + proximal_term(self.mu, self.anchor, pm)(self.model) if self.mu > 0 else task
         loss.backward()
         masked_step(self.opt, self.named, {n: m.detach() for n, m in pm.items()}, self.restore)
