@@ -242,17 +242,18 @@ def report(
     warmup: bool = False,
 ) -> tuple[str, Path]:
     runs = load_runs(paths)
-    if target is None and len({r.config.get("target-accuracy", 0.99) for r in runs}) == 1:
-        target = float(runs[0].config.get("target-accuracy", 0.99))  # one target: name it in the header
+    if target is None and len({group_target([r], None) for r in runs}) == 1:
+        target = group_target(runs, None)  # one target: name it in the header
     md = table(runs, target, key, ignore)
     if baseline is not None:
         md += "\n" + savings(runs, baseline, key, ignore)
     if tiers:
         md += "\n" + tier_table(runs, key, ignore)
+    groups = group_runs(runs, ignore)
     if per_seed:
-        md += "\n" + per_seed_table(group_runs(runs, ignore), target, key)
+        md += "\n" + per_seed_table(groups, target, key)
     if warmup:
-        md += "\n" + warmup_table(group_runs(runs, ignore))
+        md += "\n" + warmup_table(groups)
     out = Path(out_dir)
     png = plot(runs, out / f"{key}.png", key, direction)
     (out / "report.md").write_text(md + f"\n![{key}]({png.name})\n")

@@ -21,17 +21,17 @@ def per_seed_table(groups: dict[str, list[Run]], target: float | None, key: str 
     from the first group: the mean over the seeds both have of (this - first), in points."""
     seeds = sorted({int(r.config.get("seed", 0)) for group in groups.values() for r in group})
 
-    def finals(group: list[Run]) -> dict[int, Run]:
+    def by_seed(group: list[Run]) -> dict[int, Run]:
         return {int(r.config.get("seed", 0)): r for r in group if r.series(key)}
 
     names = list(groups)
-    first = finals(groups[names[0]]) if names else {}
+    first = by_seed(groups[names[0]]) if names else {}
     lines = [
         f"| run | {' | '.join(f'seed {s}' for s in seeds)} | paired Δ vs {names[0] if names else '—'} (points) |",
         "|---" * (len(seeds) + 2) + "|",
     ]
     for name in names:
-        runs = finals(groups[name])
+        runs = by_seed(groups[name])
         cells = []
         for seed in seeds:
             run = runs.get(seed)
@@ -66,9 +66,10 @@ def warmup_table(groups: dict[str, list[Run]]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for name, group in groups.items():
-        warm = [row for r in group for row in r.rows if row.get("warmup")]
+        warm_by_run = [[row for row in r.rows if row.get("warmup")] for r in group]
+        warm = [row for rows in warm_by_run for row in rows]
         full = [row for r in group for row in r.rows if not row.get("warmup")]
-        last = [[row for row in r.rows if row.get("warmup")][-1] for r in group if any(row.get("warmup") for row in r.rows)]
+        last = [rows[-1] for rows in warm_by_run if rows]
         lines.append(
             f"| {name} | {len(group)} | {len(warm) // len(group)} | {_mean([float(r['bytes_up']) for r in warm], ',.0f')} | "
             f"{_mean([float(r['mask_density']) for r in last if 'mask_density' in r], '.3f')} | "
