@@ -3,7 +3,7 @@
 N = 4 sweeps over mask init, tau, eta_g, local steps, optimizer and the mask options, 3 seeds each.
 
 Runs are in-process (`run_local`), `--jobs` at a time in spawned workers with 1 torch
-thread each, in the order listed (paper settings first). Resumable: a run folder that
+thread each (`num-threads` = 1, set by the server loop), in the order listed (paper settings first). Resumable: a run folder that
 holds model.npz is finished and skipped.
 
     nice -n 10 env PYTHONPATH=. .venv/bin/python scripts/fedpews_grid.py runs/fedpews-grid \
@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
+
+from fedapp.runtime import configure_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = (0, 1, 2)
@@ -92,9 +93,6 @@ GROUPS: dict[str, list[Entry]] = {
 def run_one(job: tuple[str, str, dict[str, Any]]) -> str:
     """One run in this worker process; returns a log line."""
     run_dir, stem, overrides = job
-    import torch
-
-    torch.set_num_threads(1)
     from fedapp.config import load_toml_config
     from fedapp.engine.run_local import run_local
 
@@ -131,8 +129,7 @@ def main() -> None:
     parser.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="comma list of seeds")
     parser.add_argument("--only", default="", help="comma list of run names inside the groups (default: all)")
     args = parser.parse_args()
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[var] = "1"
+    configure_threads(1)  # the env vars reach the spawned workers before they load BLAS; serve() sets torch's own
     jobs = jobs_for(
         Path(args.root),
         args.groups.split(","),
