@@ -1,0 +1,131 @@
+"""Run every config in configs/ for two rounds in-process (FedPart: its shortest schedule)
+and keep what each run produced, so a refactor can be checked bit for bit against the code
+before it.
+
+    PYTHONPATH=. .venv/bin/python scripts/config_snapshot.py run OUT [--only NAME ...]
+    PYTHONPATH=. .venv/bin/python scripts/config_snapshot.py compare BEFORE AFTER
+
+``run`` writes OUT/<config>/metrics.jsonl, model.npz and config.json (``--only`` adds to an
+existing OUT). Configs that read real datasets get small files generated in the real
+on-disk formats (tests/data_files.py); a config whose dataset has no loader here
+(speech-commands) is listed as skipped.
+``compare`` checks every metrics row without its timing keys (tests/run_rows.py) and every
+model array for exact equality, and exits 1 on any difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.data_files import write_cifar10, write_cifar100, write_emnist, write_medmnist, write_mnist  # noqa: E402
+from tests.run_rows import outcome_rows  # noqa: E402
+
+ROUNDS = 2
+# FedPart's rounds must equal its schedule: the shortest one (one warmup round, one cycle of one
+# round per layer group) on a tenth of the clients per round; layer groups per model (spec tables)
+FEDPART_GROUPS = {"cnn-bn": 6, "resnet8": 10, "resnet18": 21}
+FEDPART_SHORT = {"warmup-rounds": 1, "rounds-per-layer": 1, "cycles": 1, "full-rounds-between-cycles": 0, "fraction-train": 0.1}
+
+
+def write_data(root: Path) -> None:
+    """Every real-format source the configs read, big enough for 100 Dirichlet clients of >= 10 samples."""
+    write_cifar10(root, 500, 10, seed=1)
+    write_cifar100(root, 15, 2, seed=3)
+    write_mnist(root, 30, 5, seed=2)
+    write_emnist(root, "byclass", 62, 80, 2, seed=4)
+    split = {"train": 30, "val": 2, "test": 5}
+    write_medmnist(root, "pathmnist", 9, split, rgb=True, seed=5)
+    write_medmnist(root, "octmnist", 4, split, seed=6)
+    write_medmnist(root, "tissuemnist", 8, split, seed=7)
+
+
+def configs(only: list[str]) -> list[Path]:
+    paths = sorted((ROOT / "configs").rglob("*.toml"))
+    return [p for p in paths if not only or p.stem in only or str(p.relative_to(ROOT / "configs")) in only]
+
+
+def run_all(out: Path, only: list[str]) -> int:
+    from fedapp.config import load_toml_config
+    from fedapp.engine.run_local import run_local
+
+    out.mkdir(parents=True, exist_ok=True)
+    status_file = out / "status.json"
+    status: dict[str, str] = json.loads(status_file.read_text()) if only and status_file.exists() else {}
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "data"
+        write_data(data)
+        for path in configs(only):
+            name = str(path.relative_to(ROOT / "configs").with_suffix("")).replace("/", "__")
+            config = load_toml_config(path)
+            if config.get("dataset") == "speech-commands":
+                status[name] = "skipped: no loader for speech-commands"
+                continue
+            overrides = {"num-server-rounds": ROUNDS, "data-root": str(data), "run-dir": str(out / name)}
+            if config.get("method") == "fedpart":
+                groups = FEDPART_GROUPS[str(config["model"])]
+                overrides.update({**FEDPART_SHORT, "num-server-rounds": 1 + groups})
+            try:
+                run_local({**config, **overrides})
+                status[name] = "ok"
+            except Exception as err:  # recorded, so one broken config does not hide the others
+                status[name] = f"failed: {type(err).__name__}: {err}"
+                traceback.print_exc()
+            print(f"{name}: {status[name]}", flush=True)
+    status_file.write_text(json.dumps(status, indent=2, sort_keys=True) + "\n")
+    return 0 if all(s == "ok" or s.startswith("skipped") for s in status.values()) else 1
+
+
+def compare(before: Path, after: Path) -> int:
+    old = json.loads((before / "status.json").read_text())
+    new = json.loads((after / "status.json").read_text())
+    bad = 0
+    for name in sorted(set(old) | set(new)):
+        if old.get(name) != "ok" or new.get(name) != "ok":
+            print(f"{name}: status {old.get(name)!r} -> {new.get(name)!r}")
+            bad += old.get(name) != new.get(name)
+            continue
+        diffs = []
+        a_rows, b_rows = outcome_rows(before / name), outcome_rows(after / name)
+        if a_rows != b_rows:
+            keys = sorted({k for a, b in zip(a_rows, b_rows, strict=False) for k in set(a) | set(b) if a.get(k) != b.get(k)})
+            diffs.append(f"metrics differ ({len(a_rows)} vs {len(b_rows)} rows; keys {keys})")
+        with np.load(before / name / "model.npz") as a, np.load(after / name / "model.npz") as b:
+            if sorted(a.files) != sorted(b.files):
+                diffs.append("model keys differ")
+            else:
+                changed = [k for k in a.files if a[k].dtype != b[k].dtype or not np.array_equal(a[k], b[k])]
+                if changed:
+                    diffs.append(f"model arrays differ: {changed[:5]}")
+        print(f"{name}: {'identical' if not diffs else '; '.join(diffs)}")
+        bad += bool(diffs)
+    print(f"{bad} config(s) differ")
+    return 1 if bad else 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("out", type=Path)
+    r.add_argument("--only", nargs="*", default=[], help="config stems (or paths under configs/) to run")
+    c = sub.add_parser("compare")
+    c.add_argument("before", type=Path)
+    c.add_argument("after", type=Path)
+    args = p.parse_args()
+    if args.cmd == "run":
+        return run_all(args.out.resolve(), args.only)
+    return compare(args.before, args.after)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
