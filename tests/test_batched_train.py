@@ -8,6 +8,7 @@ train loss within 1e-6 (the vectorised kernels sum in another order; measured ga
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 import torch
@@ -53,49 +54,48 @@ def gen(i: int) -> torch.Generator:
     return torch.Generator().manual_seed(1000 + i)
 
 
-def sequential(
-    model: nn.Module,
+def works_of(
     data: list[tuple[torch.Tensor, torch.Tensor]],
-    settings: TrainSettings,
     masks: list[dict[str, torch.Tensor] | None] | None = None,
-    mu: float = 0.0,
     prox_masked: bool = False,
     starts: list[dict[str, torch.Tensor]] | None = None,
     augment: Augment | None = None,
+) -> list[ClientWork]:
+    """One client's local run each, with a fresh generator (a run consumes it)."""
+    works = []
+    for i, (x, y) in enumerate(data):
+        gm = masks[i] if masks else None
+        works.append(ClientWork(x, y, gen(i), starts[i] if starts else None, gm, gm if prox_masked else None, augment))
+    return works
+
+
+def sequential(
+    model: nn.Module, works: list[ClientWork], settings: TrainSettings, mu: float = 0.0
 ) -> list[tuple[dict[str, torch.Tensor], TrainStats]]:
     """What the engine does today: one local_train per client, on a fresh copy of ``model``."""
     out = []
-    for i, (x, y) in enumerate(data):
+    for w in works:
         m = copy.deepcopy(model)
-        if starts is not None:
-            m.load_state_dict(starts[i])
-        gm = masks[i] if masks else None
-        extra = None
-        if mu > 0:
-            anchor = {n: p.detach().clone() for n, p in m.named_parameters()}
-            extra = proximal_term(mu, anchor, gm if prox_masked else None)
-        stats = local_train(m, x, y, settings, gen(i), gm, extra, augment)
+        if w.state is not None:
+            m.load_state_dict(w.state)
+        extra = proximal_term(mu, {n: p.detach().clone() for n, p in m.named_parameters()}, w.prox_masks) if mu > 0 else None
+        stats = local_train(m, w.x, w.y, settings, w.gen, w.grad_masks, extra, w.augment)
         out.append(({k: v.detach().clone() for k, v in m.state_dict().items()}, stats))
     return out
 
 
-def batched(
+def compare(
     model: nn.Module,
     data: list[tuple[torch.Tensor, torch.Tensor]],
     settings: TrainSettings,
-    masks: list[dict[str, torch.Tensor] | None] | None = None,
     mu: float = 0.0,
-    prox_masked: bool = False,
-    starts: list[dict[str, torch.Tensor]] | None = None,
-    augment: Augment | None = None,
     client_batch: int | None = None,
+    **case: Any,
 ) -> list[ClientOutcome]:
-    works = []
-    for i, (x, y) in enumerate(data):
-        gm = masks[i] if masks else None
-        state = starts[i] if starts is not None else None
-        works.append(ClientWork(x, y, gen(i), state, gm, gm if prox_masked else None, augment))
-    return train_clients(copy.deepcopy(model), works, settings, "cpu", client_batch, prox_mu=mu)
+    """Batched equals sequential for these clients; the batched outcomes."""
+    got = train_clients(copy.deepcopy(model), works_of(data, **case), settings, "cpu", client_batch, prox_mu=mu)
+    assert_same(sequential(model, works_of(data, **case), settings, mu), got)
+    return got
 
 
 def assert_same(seq: list[tuple[dict[str, torch.Tensor], TrainStats]], got: list[ClientOutcome]) -> None:
@@ -111,9 +111,8 @@ def assert_same(seq: list[tuple[dict[str, torch.Tensor], TrainStats]], got: list
 @pytest.mark.parametrize("name", list(SETTINGS))
 def test_batched_equals_sequential(name: str) -> None:
     model, data = mlp(), client_data((12,))
-    seq = sequential(model, data, SETTINGS[name])
-    assert_same(seq, batched(model, data, SETTINGS[name]))
-    assert not torch.equal(seq[0][0]["1.weight"], model.state_dict()["1.weight"])  # training moved the weights
+    got = compare(model, data, SETTINGS[name])
+    assert not torch.equal(got[0].state["1.weight"], model.state_dict()["1.weight"])  # training moved the weights
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))
@@ -121,8 +120,7 @@ def test_batched_equals_sequential(name: str) -> None:
 def test_fedprox_term(name: str, prox_masked: bool) -> None:
     model, data = mlp(), client_data((12,))
     masks: list[dict[str, torch.Tensor] | None] = [random_masks(model, i) for i in range(len(data))]
-    seq = sequential(model, data, SETTINGS[name], masks, mu=0.5, prox_masked=prox_masked)
-    assert_same(seq, batched(model, data, SETTINGS[name], masks, mu=0.5, prox_masked=prox_masked))
+    compare(model, data, SETTINGS[name], mu=0.5, masks=masks, prox_masked=prox_masked)
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))
@@ -130,8 +128,7 @@ def test_grad_masks_exact_zero_update(name: str) -> None:
     model, data = mlp(), client_data((12,))
     masks: list[dict[str, torch.Tensor] | None] = [random_masks(model, i) for i in range(len(data))]
     masks[3] = None  # a client without masks in the same batch
-    got = batched(model, data, SETTINGS[name], masks)
-    assert_same(sequential(model, data, SETTINGS[name], masks), got)
+    got = compare(model, data, SETTINGS[name], masks=masks)
     start = model.state_dict()
     for i, m in enumerate(masks):
         for n, keep in (m or {}).items():
@@ -147,7 +144,8 @@ def test_one_clients_mask_never_reaches_another(name: str) -> None:
     start = model.state_dict()
     zero = {n: torch.zeros(p.shape, dtype=torch.bool) for n, p in model.named_parameters()}
     first = {n: torch.full(p.shape, n.startswith("1."), dtype=torch.bool) for n, p in model.named_parameters()}
-    got = batched(model, data, SETTINGS[name], [zero, first, *[None] * (len(data) - 2)], mu=0.5)
+    masks = [zero, first, *[None] * (len(data) - 2)]
+    got = train_clients(model, works_of(data, masks), SETTINGS[name], "cpu", prox_mu=0.5)
     for k, v in start.items():
         assert torch.equal(got[0].state[k], v), k
         assert torch.equal(got[1].state[k], v) != k.startswith("1."), k
@@ -160,8 +158,7 @@ def test_frozen_parameters(name: str) -> None:
     model, data = mlp(), client_data((12,))
     for n, p in model.named_parameters():
         p.requires_grad_(n.startswith("3."))
-    got = batched(model, data, SETTINGS[name], mu=0.5)
-    assert_same(sequential(model, data, SETTINGS[name], mu=0.5), got)
+    got = compare(model, data, SETTINGS[name], mu=0.5)
     for k, v in model.state_dict().items():
         assert torch.equal(got[5].state[k], v) != k.startswith("3."), k
 
@@ -170,15 +167,14 @@ def test_clients_start_from_their_own_weights() -> None:
     """Personal methods: every client brings its own start state."""
     model, data = mlp(), client_data((12,))
     starts = [mlp(50 + i).state_dict() for i in range(len(data))]
-    s = SETTINGS["momentum+wd"]
-    assert_same(sequential(model, data, s, starts=starts), batched(model, data, s, starts=starts))
+    compare(model, data, SETTINGS["momentum+wd"], starts=starts)
 
 
 def test_chunks_of_three_and_steps_mode() -> None:
     """client-batch 3 (chunks with fewer no-op steps) and local-steps runs equal sequential too."""
     model, data = mlp(), client_data((12,))
     s = TrainSettings(epochs=0, steps=11, batch_size=8, lr=0.05, momentum=0.9)
-    assert_same(sequential(model, data, s), batched(model, data, s, client_batch=3))
+    compare(model, data, s, client_batch=3)
 
 
 def test_cnn_with_augmentation() -> None:
@@ -187,7 +183,7 @@ def test_cnn_with_augmentation() -> None:
     model, data = cnn((3, 8, 8), CLASSES), client_data((3, 8, 8), SIZES[:4])
     augment = make_augment("crop-flip", torch.tensor([-1.0, -0.5, 0.0]))
     s = TrainSettings(epochs=1, steps=0, batch_size=8, lr=0.05, momentum=0.9)
-    assert_same(sequential(model, data, s, augment=augment), batched(model, data, s, augment=augment))
+    compare(model, data, s, augment=augment)
 
 
 def test_batchnorm_running_statistics_per_client() -> None:
@@ -196,8 +192,7 @@ def test_batchnorm_running_statistics_per_client() -> None:
     torch.manual_seed(0)
     model, data = cnn_bn((1, 8, 8), CLASSES), client_data((1, 8, 8), (16, 16, 21, 16, 9))
     s = TrainSettings(epochs=1, steps=0, batch_size=8, lr=0.05, momentum=0.9)
-    got = batched(model, data, s)
-    assert_same(sequential(model, data, s), got)
+    got = compare(model, data, s)
     assert not torch.equal(got[0].state["1.running_mean"], got[1].state["1.running_mean"])
     plans = [client_batches(x.shape[0], s, gen(i)) for i, (x, _) in enumerate(data)]
     assert sorted(chunks(plans, 8, exact_sizes=True)) == [[0, 1, 3], [2], [4]]

@@ -93,7 +93,7 @@ def train_clients(
 
 
 def _stack(values: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
-    return torch.stack([v.detach() for v in values]).to(device)
+    return torch.stack([v.detach().to(device) for v in values])
 
 
 def _stack_masks(works: Sequence[ClientWork], field: str, params: Stacked, device: torch.device) -> Stacked:
@@ -102,8 +102,8 @@ def _stack_masks(works: Sequence[ClientWork], field: str, params: Stacked, devic
     for n, p in params.items():
         given = [(getattr(w, field) or {}).get(n) for w in works]
         if any(m is not None for m in given):
-            ones = torch.ones(p.shape[1:], dtype=torch.bool)
-            out[n] = _stack([ones if m is None else m.to(torch.bool).cpu() for m in given], device)
+            ones = torch.ones(p.shape[1:], dtype=torch.bool, device=device)
+            out[n] = _stack([ones if m is None else m.to(torch.bool) for m in given], device)
     return out
 
 
