@@ -111,7 +111,16 @@ def make_step_grads(model: nn.Module, prox_mu: float) -> Callable[..., tuple[Sta
     """vmap(grad) of one client's minibatch loss: weighted mean cross-entropy over real
     rows, plus (mu/2) * ||M * (x - x_start)||^2 over the trainable tensors."""
 
-    def loss(train: Tensors, fixed: Tensors, buffers: Tensors, anchor: Tensors, pmasks: Tensors, xb, yb, wb):  # type: ignore[no-untyped-def]
+    def loss(
+        train: Tensors,
+        fixed: Tensors,
+        buffers: Tensors,
+        anchor: Tensors,
+        pmasks: Tensors,
+        xb: torch.Tensor,
+        yb: torch.Tensor,
+        wb: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         out = functional_call(model, ({**train, **fixed}, buffers), (xb,))
         task = (F.cross_entropy(out, yb, reduction="none") * wb).sum() / wb.sum()
         if prox_mu <= 0:
