@@ -1,25 +1,38 @@
 """Client side of every method: decode the message, run the method's client policy,
-encode the reply. The ClientApp in client_app.py is a thin shell around this."""
+encode the reply. The ClientApp in client_app.py is a thin shell around this.
+
+Per-message work is kept to the message itself: a process (Ray actor, the in-process
+engine, a SuperNode's ClientApp process) resolves a run-config once, keeps one model per
+(model, device) that each message resets to w0 plus the received global values instead of
+rebuilding it, decodes a global record shared by several messages once, and keeps each
+client's data on its device (fedapp.data.on_device). Every result stays bit-identical to
+building everything afresh per message (tests/test_device.py).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from fedapp import wire
 from fedapp.aggregate import is_averaged
 from fedapp.config import ConfigError, RunConfig
-from fedapp.data import client_data, dataset_for
+from fedapp.data import Dataset, dataset_for
+from fedapp.data.on_device import client_tensors
+from fedapp.device import describe, node_device
 from fedapp.energy.auto import MeterSettings, process_sampler
 from fedapp.energy.phases import client_meter, phase, phase_metrics
 from fedapp.methods.base import ClientJob, ClientPolicy
-from fedapp.methods.registry import resolve
+from fedapp.methods.registry import Method, resolve
 from fedapp.models import build_model
 from fedapp.runtime import configure_threads
 from fedapp.state import ContextStore, DiskStore, StateStore
@@ -46,44 +59,131 @@ def node_local(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
     return dataclasses.replace(cfg, data_root=str(root)) if root else cfg
 
 
-def load_global(model: torch.nn.Module, content: RecordDict) -> dict[str, np.ndarray]:
-    """Write the received global entries into ``model``; return masks of what was received."""
-    sd = model.state_dict()
-    current = {k: v.detach().cpu().numpy() for k, v in sd.items()}
+_lock = threading.Lock()
+_configs: OrderedDict[tuple[Any, ...], tuple[RunConfig, Method, Any]] = OrderedDict()
+
+
+def resolve_once(raw: Mapping[str, Any]) -> tuple[RunConfig, Method, Any]:
+    """``resolve(raw)``, remembered per process for the few run-configs it serves."""
+    key = tuple(sorted(raw.items()))
+    with _lock:
+        if key in _configs:
+            _configs.move_to_end(key)
+            return _configs[key]
+    out = resolve(raw)  # a bad run-config raises here, every time
+    with _lock:
+        _configs[key] = out
+        while len(_configs) > 8:
+            _configs.popitem(last=False)
+    return out
+
+
+@dataclass
+class ProcessModel:
+    """The one model a process trains for a (model, seed, device): reset per message, never rebuilt."""
+
+    model: torch.nn.Module
+    initial: dict[str, np.ndarray]  # w0 on the host (read-only): entries the server does not send keep these
+    everything: dict[str, np.ndarray]  # all-True masks shaped like each entry (read-only): what a dense message covers
+    rng: torch.Tensor  # torch.default_generator's state right after the seeded build
+
+    def reset(self) -> None:
+        """Undo what the last message left behind that loading a state dict does not: the
+        default generator as a fresh seeded build leaves it, trainability, gradients, mode."""
+        torch.default_generator.set_state(self.rng)
+        for p in self.model.parameters():
+            p.requires_grad_(True)
+            p.grad = None
+        self.model.train()
+
+
+_models: OrderedDict[tuple[Any, ...], ProcessModel] = OrderedDict()
+
+
+def process_model(cfg: RunConfig, ds: Dataset, device: torch.device) -> ProcessModel:
+    """This process's (and thread's) model for ``cfg`` on ``device``: built once on the CPU
+    from the seeded generator (the same w0 everywhere), then moved; reset on every use."""
+    key = (cfg.model, cfg.mlp_hidden, ds.in_shape, ds.num_classes, cfg.seed, str(device), threading.get_ident())
+    with _lock:
+        pm = _models.get(key)
+        if pm is not None:
+            _models.move_to_end(key)
+    if pm is None:
+        with torch.device("cpu"):
+            model = build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
+        rng = torch.default_generator.get_state()
+        initial = {k: readonly(v.detach().numpy().copy()) for k, v in model.state_dict().items()}
+        everything = {k: readonly(np.ones(v.shape, bool)) for k, v in initial.items()}
+        pm = ProcessModel(model.to(device), initial, everything, rng)
+        with _lock:
+            _models[key] = pm
+            while len(_models) > 2:
+                _models.popitem(last=False)
+    pm.reset()
+    return pm
+
+
+def readonly(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+_last_global: list[tuple[ArrayRecord, dict[str, np.ndarray]]] = []
+
+
+def global_arrays(record: ArrayRecord) -> dict[str, np.ndarray]:
+    """The arrays of a dense global record, decoded once for all the messages that share it
+    (the in-process engine sends every client the same record object)."""
+    with _lock:
+        if _last_global and _last_global[0][0] is record:
+            return _last_global[0][1]
+    arrays = wire.read_arrays(record)
+    with _lock:
+        _last_global[:] = [(record, arrays)]
+    return arrays
+
+
+def load_global(pm: ProcessModel, content: RecordDict) -> dict[str, np.ndarray]:
+    """Set the process's model to w0 with the received global entries written in (every
+    entry is overwritten, so nothing of an earlier message survives); return masks of what
+    was received."""
+    current = pm.initial
     if "arrays-mask" in content.array_records:
         got = wire.decode(content["arrays"], content["arrays-mask"], current, 1.0)  # type: ignore[arg-type]
         values = wire.scatter(got, current)
         received = wire.dense_masks(got, current)
     else:
-        values = wire.from_record(content["arrays"])  # type: ignore[arg-type]
+        values = global_arrays(content["arrays"])  # type: ignore[arg-type]
         missing = set(current) - set(values)
         if missing:
             raise ValueError(f"global arrays lack {sorted(missing)}")
-        received = {k: np.ones(v.shape, bool) for k, v in current.items()}
-    model.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in values.items()})
+        received = pm.everything
+    pm.model.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in values.items()})
     return received
 
 
 def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
-    cfg, method, params = resolve(context.run_config)
+    cfg, method, params = resolve_once(context.run_config)
     cfg = node_local(cfg, context.node_config)
     configure_threads(cfg.num_threads)
+    device = node_device(cfg, context.node_config)
     config = dict(msg.content["config"])  # type: ignore[arg-type]
     pid = int(config.get("partition-id", context.node_config["partition-id"]))  # type: ignore[arg-type]
     server_round = int(config.get("server-round", 0))  # type: ignore[arg-type]
     ds = dataset_for(cfg)
-    model = build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
-    received = load_global(model, msg.content)
+    pm = process_model(cfg, ds, device)
+    received = load_global(pm, msg.content)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + server_round * 10_007 + pid)
     records = {n: wire.from_record(r) for n, r in msg.content.array_records.items() if n not in RESERVED}
     store = state_store(cfg, context, str(config.get("run-token", "")))
-    job = ClientJob(cfg, params, pid, server_round, config, records, model, received, client_data(cfg, pid), store, gen)  # type: ignore[arg-type]
+    data = client_tensors(cfg, pid, device)
+    job = ClientJob(cfg, params, pid, server_round, config, records, pm.model, received, data, store, gen, device)  # type: ignore[arg-type]
     return job, method.client(cfg, params)
 
 
 def handle_train(msg: Message, context: Context) -> Message:
     job, policy = make_job(msg, context)
-    meter = client_meter(job.cfg)
+    meter = client_meter(job.cfg, job.device)
     with phase(meter) as window:
         result = policy.train(job)
     state = {k: v.detach().cpu().numpy() for k, v in job.model.state_dict().items()}
@@ -98,7 +198,7 @@ def handle_train(msg: Message, context: Context) -> Message:
 
 def handle_evaluate(msg: Message, context: Context) -> Message:
     job, policy = make_job(msg, context)
-    meter = client_meter(job.cfg)
+    meter = client_meter(job.cfg, job.device)
     with phase(meter) as window:
         metrics = policy.evaluate(job)
     metrics = {**metrics, "partition-id": job.pid, **phase_metrics("eval", window, meter, job.pid, context.state)}
@@ -114,7 +214,14 @@ def handle_query(msg: Message, context: Context) -> Message:
         if k in nc:
             info[k] = nc[k]  # type: ignore[assignment]
     try:
-        info["energy-meter"] = process_sampler(MeterSettings.of(resolve(context.run_config)[0]))[1]
+        cfg = resolve_once(context.run_config)[0]
+        device = node_device(cfg, nc)
+    except ConfigError as err:
+        info["device-error"] = str(err)
+        return Message(RecordDict({"info": ConfigRecord(info)}), reply_to=msg)  # type: ignore[arg-type]
+    info["device"] = describe(device)
+    try:
+        info["energy-meter"] = process_sampler(MeterSettings.of(cfg, device))[1]
     except ConfigError as err:
         info["energy-error"] = str(err)
     return Message(RecordDict({"info": ConfigRecord(info)}), reply_to=msg)  # type: ignore[arg-type]

@@ -96,7 +96,8 @@ class PersonalClient(ClientPolicy):
     def local_update(self, job: ClientJob, m_cur: Masks) -> TrainStats:
         return self.fit(job)
 
-    def next_mask(self, job: ClientJob, m_cur: Masks, start: dict[str, np.ndarray]) -> Masks:
+    def next_mask(self, job: ClientJob, m_cur: Masks, start: dict[str, torch.Tensor]) -> Masks:
+        """The mask for the next round, given the parameters at the start of training (on the device)."""
         return m_cur
 
     def restore(self, job: ClientJob) -> Masks:
@@ -124,7 +125,7 @@ class PersonalClient(ClientPolicy):
 
     def train(self, job: ClientJob) -> ClientResult:
         m_cur = self.restore(job)
-        start = {n: p.detach().cpu().numpy().copy() for n, p in job.model.named_parameters() if n in m_cur}
+        start = {n: p.detach().clone() for n, p in job.model.named_parameters() if n in m_cur}
         stats = self.local_update(job, m_cur)
         m_next = self.next_mask(job, m_cur, start)
         PersonalState(model_arrays(job.model), m_cur, m_next, job.server_round).save(job)

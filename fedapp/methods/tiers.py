@@ -101,9 +101,11 @@ def pack(layer_names: list[str], neurons: list[np.ndarray]) -> dict[str, np.ndar
 
 
 def initial_model(cfg: RunConfig) -> torch.nn.Module:
-    """w0: the seeded initial model, which server and clients rebuild identically."""
+    """w0: the seeded initial model, which server and clients rebuild identically (on the
+    CPU, from the CPU generator; a client loads its values into the model on its device)."""
     ds = dataset_for(cfg)
-    return build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
+    with torch.device("cpu"):
+        return build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
 
 
 def job_neurons(job: ClientJob) -> list[np.ndarray]:
