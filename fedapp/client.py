@@ -123,6 +123,14 @@ def process_model(cfg: RunConfig, ds: Dataset, device: torch.device) -> ProcessM
     return pm
 
 
+def clear_caches() -> None:
+    """Forget this process's run-configs, models and last global record (tests, benchmarks)."""
+    with _lock:
+        _configs.clear()
+        _models.clear()
+        _last_global.clear()
+
+
 def readonly(a: np.ndarray) -> np.ndarray:
     a.flags.writeable = False
     return a
