@@ -81,6 +81,15 @@ def test_view_array_equals_flowers_numpy(arr: np.ndarray) -> None:
     assert not got.flags.writeable  # a view of the message bytes: nobody may write into it
 
 
+@pytest.mark.parametrize(
+    "arr", [np.arange(24, dtype=np.float32).reshape(2, 3, 4), np.array(7, np.int64), np.ones(5, bool), np.arange(4, dtype=">i4")]
+)
+def test_npy_array_writes_the_bytes_np_save_writes(arr: np.ndarray) -> None:
+    a, b = Array(arr), wire.npy_array(arr)
+    assert (a.data, a.dtype, a.shape, a.stype) == (b.data, b.dtype, b.shape, b.stype)  # same message, same byte counts
+    assert wire.from_record(wire.to_record({"x": arr}))["x"].flags.writeable  # decoded arrays stay writable
+
+
 def test_view_array_leaves_anything_unusual_to_np_load() -> None:
     fortran = np.asfortranarray(np.arange(6.0).reshape(2, 3))
     assert np.array_equal(wire.view_array(Array(fortran)), fortran)
