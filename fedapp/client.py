@@ -28,7 +28,7 @@ from fedapp.aggregate import is_averaged
 from fedapp.config import ConfigError, RunConfig
 from fedapp.data import Dataset, dataset_for
 from fedapp.data.on_device import client_tensors
-from fedapp.device import describe, node_device
+from fedapp.device import describe, host_arrays, load_host_arrays, node_device
 from fedapp.energy.auto import MeterSettings, process_sampler
 from fedapp.energy.phases import client_meter, phase, phase_metrics
 from fedapp.methods.base import ClientJob, ClientPolicy
@@ -166,7 +166,7 @@ def load_global(pm: ProcessModel, content: RecordDict) -> dict[str, np.ndarray]:
         if missing:
             raise ValueError(f"global arrays lack {sorted(missing)}")
         received = pm.everything
-    pm.model.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in values.items()})
+    load_host_arrays(pm.model, values)
     return received
 
 
@@ -194,7 +194,7 @@ def handle_train(msg: Message, context: Context) -> Message:
     meter = client_meter(job.cfg, job.device)
     with phase(meter) as window:
         result = policy.train(job)
-    state = {k: v.detach().cpu().numpy() for k, v in job.model.state_dict().items()}
+    state = host_arrays(job.model.state_dict())
     upload = {k: v for k, v in state.items() if is_averaged(v) and (result.upload is None or k in result.upload)}
     values, mask = wire.encode(upload, result.masks)
     metrics = {**result.metrics, "partition-id": job.pid, **phase_metrics("train", window, meter, job.pid, context.state)}

@@ -10,6 +10,8 @@ ConfigError naming the key, before any training. Under Ray (`flwr run` with
 
 Only this module decides; the client (ClientJob.device) and the server's central
 evaluation receive the result, and nothing in methods/ or the core picks a device.
+``host_arrays`` / ``load_host_arrays`` move a whole state dict across the host boundary
+(wire, state store) in one transfer per dtype rather than one blocking copy per tensor.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 
 from fedapp.config import ConfigError, RunConfig, device_check
@@ -79,3 +82,34 @@ def node_device(cfg: RunConfig, node_config: Mapping[str, Any]) -> torch.device:
     if own:
         return process_device(str(own), "node-config")
     return process_device(cfg.device)
+
+
+def host_arrays(tensors: Mapping[str, torch.Tensor], batched: bool | None = None) -> dict[str, np.ndarray]:
+    """Fresh host copies of ``tensors`` (a state dict at the message or state-store boundary).
+    Off the CPU (``batched`` None), one transfer per dtype instead of one blocking copy per tensor."""
+    if batched is None:
+        batched = any(t.device.type != "cpu" for t in tensors.values())
+    if not batched:
+        return {k: t.detach().numpy().copy() for k, t in tensors.items()}
+    out: dict[str, np.ndarray] = {}
+    for dtype in dict.fromkeys(t.dtype for t in tensors.values()):
+        names = [k for k, t in tensors.items() if t.dtype == dtype]
+        flat = torch.cat([tensors[k].detach().reshape(-1) for k in names]).cpu().numpy()
+        for k, piece in zip(names, np.split(flat, np.cumsum([tensors[k].numel() for k in names])[:-1]), strict=True):
+            out[k] = piece.reshape(tuple(tensors[k].shape))
+    return {k: out[k] for k in tensors}
+
+
+def load_host_arrays(model: torch.nn.Module, arrays: Mapping[str, np.ndarray], strict: bool = True, batched: bool | None = None) -> None:
+    """``model.load_state_dict`` from host arrays; off the CPU (``batched`` None), one transfer per dtype."""
+    device = next(model.parameters()).device
+    if not (device.type != "cpu" if batched is None else batched):
+        model.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in arrays.items()}, strict=strict)
+        return
+    on_device: dict[str, torch.Tensor] = {}
+    for dtype in dict.fromkeys(np.asarray(v).dtype for v in arrays.values()):
+        names = [k for k, v in arrays.items() if np.asarray(v).dtype == dtype]
+        flat = torch.from_numpy(np.concatenate([np.asarray(arrays[k]).reshape(-1) for k in names])).to(device)
+        for k, piece in zip(names, flat.split([int(np.asarray(arrays[k]).size) for k in names]), strict=True):
+            on_device[k] = piece.view(np.asarray(arrays[k]).shape)
+    model.load_state_dict(on_device, strict=strict)

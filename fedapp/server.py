@@ -19,7 +19,7 @@ from flwr.serverapp import Grid
 
 from fedapp import checkpoint, wire
 from fedapp.data import check_partition, dataset_for
-from fedapp.device import describe, process_device
+from fedapp.device import describe, load_host_arrays, process_device
 from fedapp.energy.ledger import Ledger
 from fedapp.evaluate import evaluate
 from fedapp.methods.registry import resolve
@@ -39,7 +39,7 @@ def central_eval(
     y: torch.Tensor,
     prepare: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[float, float]:
-    model.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in arrays.items()})
+    load_host_arrays(model, arrays)
     return evaluate(model, x, y, prepare=prepare)
 
 

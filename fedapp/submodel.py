@@ -26,16 +26,17 @@ from fedapp.masks import model_param_masks, neuron_layout
 
 def _smaller(mod: nn.Module, rows: np.ndarray, cols: np.ndarray) -> nn.Module:
     out_n, in_n = int(rows.sum()), int(cols.sum())
-    ref = next(itertools.chain(mod.parameters(), mod.buffers()))
-    where = {"device": ref.device, "dtype": ref.dtype}  # the sub-model lives where the model does
+    ref = next(itertools.chain(mod.parameters(), mod.buffers()))  # the sub-model lives where the model does
+    device, dtype = ref.device, ref.dtype
     if isinstance(mod, nn.Linear):
-        return nn.Linear(in_n, out_n, bias=mod.bias is not None, **where)
+        return nn.Linear(in_n, out_n, bias=mod.bias is not None, device=device, dtype=dtype)
     if isinstance(mod, nn.Conv2d):
         if mod.groups != 1:
             raise ValueError(f"cannot cut a grouped convolution (groups={mod.groups}) into a sub-model")
-        return nn.Conv2d(in_n, out_n, mod.kernel_size, mod.stride, mod.padding, mod.dilation, bias=mod.bias is not None, **where)  # type: ignore[arg-type]
+        conv = (mod.kernel_size, mod.stride, mod.padding, mod.dilation)
+        return nn.Conv2d(in_n, out_n, *conv, bias=mod.bias is not None, device=device, dtype=dtype)  # type: ignore[arg-type]
     if isinstance(mod, (nn.BatchNorm1d, nn.BatchNorm2d)):
-        return type(mod)(out_n, mod.eps, mod.momentum, mod.affine, mod.track_running_stats, **where)
+        return type(mod)(out_n, mod.eps, mod.momentum, mod.affine, mod.track_running_stats, device=device, dtype=dtype)
     raise ValueError(f"cannot cut a {type(mod).__name__} into a sub-model")
 
 

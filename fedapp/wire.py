@@ -57,9 +57,10 @@ def view_array(a: Array) -> np.ndarray:
         dtype, shape = np.dtype(a.dtype), tuple(int(d) for d in a.shape)
     except (TypeError, ValueError):
         return a.numpy()
-    if a.stype != SType.NUMPY or dtype.hasobject:
+    descr = np.lib.format.dtype_to_descr(dtype)
+    if a.stype != SType.NUMPY or dtype.hasobject or not isinstance(descr, str):
         return a.numpy()
-    header = _npy_header(np.lib.format.dtype_to_descr(dtype), shape)
+    header = _npy_header(descr, shape)
     if not a.data.startswith(header) or len(a.data) - len(header) != dtype.itemsize * math.prod(shape):
         return a.numpy()
     return np.frombuffer(a.data, dtype, offset=len(header)).reshape(shape)
@@ -68,9 +69,10 @@ def view_array(a: Array) -> np.ndarray:
 def npy_array(a: np.ndarray) -> Array:
     """``Array(a)`` with the very bytes ``np.save`` writes (npy 1.0 header + C-order values),
     built without np.save's per-tensor stream: the same message, byte for byte, cheaper."""
-    if a.dtype.hasobject or not a.flags.c_contiguous:
+    descr = np.lib.format.dtype_to_descr(a.dtype)
+    if a.dtype.hasobject or not a.flags.c_contiguous or not isinstance(descr, str):
         return Array(a)
-    header = _npy_header(np.lib.format.dtype_to_descr(a.dtype), a.shape)
+    header = _npy_header(descr, a.shape)
     if len(header) > 65535 + 10:  # np.save would switch to npy 2.0
         return Array(a)
     return Array(dtype=str(a.dtype), shape=tuple(a.shape), stype=SType.NUMPY, data=header + a.tobytes())

@@ -118,6 +118,22 @@ def test_the_process_model_is_reset_to_a_fresh_build() -> None:
     client.clear_caches()
 
 
+def test_batched_host_transfers_equal_per_tensor_copies() -> None:
+    from fedapp.device import host_arrays, load_host_arrays
+
+    model = build_model(RunConfig(model="cnn-bn"), (1, 8, 8), 10, seed=1)  # float weights and int64 BN counters
+    state = model.state_dict()
+    batched = host_arrays(state, batched=True)
+    assert list(batched) == list(state)
+    for k, v in state.items():
+        assert batched[k].dtype == v.numpy().dtype and np.array_equal(batched[k], v.numpy())
+    other = build_model(RunConfig(model="cnn-bn"), (1, 8, 8), 10, seed=2)
+    load_host_arrays(other, batched, batched=True)
+    assert all(torch.equal(a, b) for a, b in zip(other.state_dict().values(), state.values(), strict=True))
+    with pytest.raises(RuntimeError, match="Missing key"):
+        load_host_arrays(other, {k: v for k, v in batched.items() if k != "0.weight"}, batched=True)
+
+
 def test_client_data_cache_is_bounded_and_equal_to_client_data(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = RunConfig(dataset="digits", partition="iid", num_clients=10)
     on_device.clear()

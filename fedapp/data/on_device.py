@@ -59,10 +59,9 @@ def client_tensors(cfg: RunConfig, pid: int, device: torch.device) -> ClientTens
             return _cache[key]
     data = client_data(cfg, pid)
     ds = dataset_for(cfg)
-    out = ClientTensors(
-        *(torch.from_numpy(a).to(device) for a in (data.x_train, data.y_train, data.x_test, data.y_test)),
-        augment=data.augment if device.type == "cpu" else augmentation(cfg.augment, ds, ds.norm, device),
-    )
+    x_train, y_train, x_test, y_test = (torch.from_numpy(a).to(device) for a in (data.x_train, data.y_train, data.x_test, data.y_test))
+    augment = data.augment if device.type == "cpu" else augmentation(cfg.augment, ds, ds.norm, device)
+    out = ClientTensors(x_train, y_train, x_test, y_test, augment)
     with _lock:
         if out.nbytes <= CACHE_BYTES:
             _cache[key] = out

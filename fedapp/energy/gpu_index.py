@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 import torch
 
@@ -65,9 +66,8 @@ def nvml_index(device: torch.device) -> int | None:
     if device.type != "cuda":
         return None
     props = torch.cuda.get_device_properties(device)
-    pci = None
-    if hasattr(props, "pci_bus_id"):
-        pci = (int(props.pci_domain_id), int(props.pci_bus_id), int(props.pci_device_id))
+    ids: list[Any] = [getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")]  # torch >= 2.5 has them
+    pci = (int(ids[0]), int(ids[1]), int(ids[2])) if None not in ids else None
     try:
         nv = load_nvml()
     except MeterUnavailable:

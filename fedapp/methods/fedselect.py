@@ -88,8 +88,8 @@ def grad_select(
         k = growth_count(flat.size, int(flat.sum()), rate, limit)
         grown = flat.copy()
         if k > 0 and selection == "random":
-            shared = np.flatnonzero(~flat)
-            grown[shared[(rng or np.random.default_rng(0)).permutation(shared.size)[:k]]] = True
+            free = np.flatnonzero(~flat)
+            grown[free[(rng or np.random.default_rng(0)).permutation(free.size)[:k]]] = True
         elif k > 0:
             d = delta[name]
             dev = torch.from_numpy(d) if isinstance(d, np.ndarray) else d

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from fedapp import wire
+from fedapp.device import host_arrays, load_host_arrays
 from fedapp.evaluate import evaluate
 from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, Reply, ServerPolicy, train_metrics
 from fedapp.train import TrainStats
@@ -77,11 +78,11 @@ class PersonalState:
 
 
 def model_arrays(model: nn.Module) -> dict[str, np.ndarray]:
-    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+    return host_arrays(model.state_dict())
 
 
 def load_arrays(model: nn.Module, arrays: dict[str, np.ndarray]) -> None:
-    model.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in arrays.items()})
+    load_host_arrays(model, arrays)
 
 
 class PersonalClient(ClientPolicy):
