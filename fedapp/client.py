@@ -1,39 +1,32 @@
 """Client side of every method: decode the message, run the method's client policy,
 encode the reply. The ClientApp in client_app.py is a thin shell around this.
 
-Per-message work is kept to the message itself: a process (Ray actor, the in-process
-engine, a SuperNode's ClientApp process) resolves a run-config once, keeps one model per
-(model, device) that each message resets to w0 plus the received global values instead of
-rebuilding it, decodes a global record shared by several messages once, and keeps each
-client's data on its device (fedapp.data.on_device). Every result stays bit-identical to
-building everything afresh per message (tests/test_device.py).
+Per message only the message's own work: the run-config, the model and a shared global
+record come from the process's caches (fedapp.client_cache), the client's data from
+fedapp.data.on_device, already on the process's device (fedapp.device).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from fedapp import wire
 from fedapp.aggregate import is_averaged
+from fedapp.client_cache import ProcessModel, global_arrays, process_model, resolve_once
 from fedapp.config import ConfigError, RunConfig
-from fedapp.data import Dataset, dataset_for
+from fedapp.data import dataset_for
 from fedapp.data.on_device import client_tensors
 from fedapp.device import describe, host_arrays, load_host_arrays, node_device
 from fedapp.energy.auto import MeterSettings, process_sampler
 from fedapp.energy.phases import client_meter, phase, phase_metrics
 from fedapp.methods.base import ClientJob, ClientPolicy
-from fedapp.methods.registry import Method, resolve
-from fedapp.models import build_model
 from fedapp.runtime import configure_threads
 from fedapp.state import ContextStore, DiskStore, StateStore
 from fedapp.strategy import RESERVED
@@ -57,98 +50,6 @@ def node_local(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
     """A node's own ``data-root`` wins over the run-config's: each device knows where its data lives."""
     root = node_config.get("data-root")
     return dataclasses.replace(cfg, data_root=str(root)) if root else cfg
-
-
-_lock = threading.Lock()
-_configs: OrderedDict[tuple[Any, ...], tuple[RunConfig, Method, Any]] = OrderedDict()
-
-
-def resolve_once(raw: Mapping[str, Any]) -> tuple[RunConfig, Method, Any]:
-    """``resolve(raw)``, remembered per process for the few run-configs it serves."""
-    key = tuple(sorted(raw.items()))
-    with _lock:
-        if key in _configs:
-            _configs.move_to_end(key)
-            return _configs[key]
-    out = resolve(raw)  # a bad run-config raises here, every time
-    with _lock:
-        _configs[key] = out
-        while len(_configs) > 8:
-            _configs.popitem(last=False)
-    return out
-
-
-@dataclass
-class ProcessModel:
-    """The one model a process trains for a (model, seed, device): reset per message, never rebuilt."""
-
-    model: torch.nn.Module
-    initial: dict[str, np.ndarray]  # w0 on the host (read-only): entries the server does not send keep these
-    everything: dict[str, np.ndarray]  # all-True masks shaped like each entry (read-only): what a dense message covers
-    rng: torch.Tensor  # torch.default_generator's state right after the seeded build
-
-    def reset(self) -> None:
-        """Undo what the last message left behind that loading a state dict does not: the
-        default generator as a fresh seeded build leaves it, trainability, gradients, mode."""
-        torch.default_generator.set_state(self.rng)
-        for p in self.model.parameters():
-            p.requires_grad_(True)
-            p.grad = None
-        self.model.train()
-
-
-_models: OrderedDict[tuple[Any, ...], ProcessModel] = OrderedDict()
-
-
-def process_model(cfg: RunConfig, ds: Dataset, device: torch.device) -> ProcessModel:
-    """This process's (and thread's) model for ``cfg`` on ``device``: built once on the CPU
-    from the seeded generator (the same w0 everywhere), then moved; reset on every use."""
-    key = (cfg.model, cfg.mlp_hidden, ds.in_shape, ds.num_classes, cfg.seed, str(device), threading.get_ident())
-    with _lock:
-        pm = _models.get(key)
-        if pm is not None:
-            _models.move_to_end(key)
-    if pm is None:
-        with torch.device("cpu"):
-            model = build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
-        rng = torch.default_generator.get_state()
-        initial = {k: readonly(v.detach().numpy().copy()) for k, v in model.state_dict().items()}
-        everything = {k: readonly(np.ones(v.shape, bool)) for k, v in initial.items()}
-        pm = ProcessModel(model.to(device), initial, everything, rng)
-        with _lock:
-            _models[key] = pm
-            while len(_models) > 2:
-                _models.popitem(last=False)
-    pm.reset()
-    return pm
-
-
-def clear_caches() -> None:
-    """Forget this process's run-configs, models and last global record (tests, benchmarks)."""
-    with _lock:
-        _configs.clear()
-        _models.clear()
-        _last_global.clear()
-
-
-def readonly(a: np.ndarray) -> np.ndarray:
-    a.flags.writeable = False
-    return a
-
-
-_last_global: list[tuple[ArrayRecord, dict[str, np.ndarray]]] = []
-
-
-def global_arrays(record: ArrayRecord) -> dict[str, np.ndarray]:
-    """The arrays of a dense global record, decoded once for all the messages that share it
-    (the in-process engine sends every client the same record object)."""
-    with _lock:
-        if _last_global and _last_global[0][0] is record:
-            return _last_global[0][1]
-    arrays = wire.read_arrays(record)
-    with _lock:
-        _last_global[:] = [(record, arrays)]
-    return arrays
 
 
 def load_global(pm: ProcessModel, content: RecordDict) -> dict[str, np.ndarray]:

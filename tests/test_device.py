@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedapp import client
+from fedapp import client_cache
 from fedapp.config import ConfigError, RunConfig, parse
 from fedapp.data import on_device
 from fedapp.device import node_device, pick
@@ -54,14 +54,14 @@ METHODS: dict[str, dict[str, Any]] = {
 @pytest.fixture
 def meta_default() -> Iterator[None]:
     """torch's default device is ``meta`` (caches emptied, so models and data are made anew under it)."""
-    client.clear_caches()
+    client_cache.clear_caches()
     on_device.clear()
     torch.set_default_device("meta")
     try:
         yield
     finally:
         torch.set_default_device(None)
-        client.clear_caches()
+        client_cache.clear_caches()
         on_device.clear()
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from flwr.app import Array
 
-from fedapp import client, wire
+from fedapp import client_cache, wire
 from fedapp.config import RunConfig
 from fedapp.data import client_data, dataset_for, on_device
 from fedapp.data.dataset import Normalization
@@ -101,8 +101,8 @@ def test_view_array_leaves_anything_unusual_to_np_load() -> None:
 def test_the_process_model_is_reset_to_a_fresh_build() -> None:
     cfg = RunConfig(model="cnn-bn", dataset="digits", seed=3)
     ds = dataset_for(cfg)
-    client.clear_caches()
-    pm = client.process_model(cfg, ds, torch.device("cpu"))
+    client_cache.clear_caches()
+    pm = client_cache.process_model(cfg, ds, torch.device("cpu"))
     fresh = build_model(cfg, ds.in_shape, ds.num_classes, seed=3)
     after_build = torch.default_generator.get_state()
     for p in pm.model.parameters():  # what a FedPart round leaves behind
@@ -110,12 +110,12 @@ def test_the_process_model_is_reset_to_a_fresh_build() -> None:
         p.grad = torch.ones_like(p)
     pm.model.eval()
     torch.rand(5)  # something drew from the default generator
-    again = client.process_model(cfg, ds, torch.device("cpu"))
+    again = client_cache.process_model(cfg, ds, torch.device("cpu"))
     assert again.model is pm.model  # one model per process, not rebuilt
     assert torch.equal(torch.default_generator.get_state(), after_build)
     assert all(p.requires_grad and p.grad is None for p in again.model.parameters()) and again.model.training
     assert all(np.array_equal(again.initial[k], v.numpy()) for k, v in fresh.state_dict().items())
-    client.clear_caches()
+    client_cache.clear_caches()
 
 
 def test_batched_host_transfers_equal_per_tensor_copies() -> None:
@@ -152,9 +152,9 @@ def test_global_record_is_decoded_once_per_shared_record() -> None:
     from flwr.app import ArrayRecord
 
     record = ArrayRecord({"w": Array(np.ones(3, np.float32))})
-    first = client.global_arrays(record)
-    assert client.global_arrays(record) is first
-    assert client.global_arrays(ArrayRecord({"w": Array(np.ones(3, np.float32))})) is not first
+    first = client_cache.global_arrays(record)
+    assert client_cache.global_arrays(record) is first
+    assert client_cache.global_arrays(ArrayRecord({"w": Array(np.ones(3, np.float32))})) is not first
 
 
 # -- which GPU NVML meters ---------------------------------------------------------------------
