@@ -51,7 +51,8 @@ def pick(value: str, origin: str = "run-config") -> torch.device:
         index = int(value.split(":", 1)[1]) if ":" in value else torch.cuda.current_device()
         if index >= count:
             raise ConfigError(
-                f"{origin} key 'device' = {value!r} is not allowed: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}"
+                f"{origin} key 'device' = {value!r} is not allowed: this process sees {count} CUDA device(s), cuda:0..cuda:{count - 1}"
+                " (under Ray a ClientApp sees only the GPU it was given)"
             )
         return torch.device("cuda", index)
     if value == "mps" and not torch.backends.mps.is_available():

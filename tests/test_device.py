@@ -143,7 +143,7 @@ def test_mps_on_a_machine_without_one_fails() -> None:
 def test_cuda_index_beyond_the_count_names_the_range(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    with pytest.raises(ConfigError, match=r"'device' = 'cuda:2' is not allowed: this machine has 2 CUDA device\(s\), cuda:0..cuda:1"):
+    with pytest.raises(ConfigError, match=r"'device' = 'cuda:2' is not allowed: this process sees 2 CUDA device\(s\), cuda:0..cuda:1"):
         pick("cuda:2")
     assert pick("cuda:1") == torch.device("cuda", 1)
 
