@@ -25,7 +25,7 @@ from fedapp.state import save_npz_atomic
 
 FILE = "checkpoint.npz"
 # keys a resumed run may change: how long to run and wait, not what is learned
-RESUMABLE = frozenset({"resume", "num-server-rounds", "round-timeout", "min-replies", "num-threads"})
+RESUMABLE = frozenset({"resume", "num-server-rounds", "round-timeout", "min-replies", "num-threads", "device"})
 
 
 @dataclass

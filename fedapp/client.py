@@ -1,5 +1,10 @@
 """Client side of every method: decode the message, run the method's client policy,
-encode the reply. The ClientApp in client_app.py is a thin shell around this."""
+encode the reply. The ClientApp in client_app.py is a thin shell around this.
+
+Per message only the message's own work: the run-config, the model and a shared global
+record come from the process's caches (fedapp.client_cache), the client's data from
+fedapp.data.on_device, already on the process's device (fedapp.device).
+"""
 
 from __future__ import annotations
 
@@ -14,13 +19,14 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from fedapp import wire
 from fedapp.aggregate import is_averaged
+from fedapp.client_cache import ProcessModel, global_arrays, process_model, resolve_once
 from fedapp.config import ConfigError, RunConfig
-from fedapp.data import client_data, dataset_for
+from fedapp.data import dataset_for
+from fedapp.data.on_device import client_tensors
+from fedapp.device import describe, host_arrays, load_host_arrays, node_device
 from fedapp.energy.auto import MeterSettings, process_sampler
 from fedapp.energy.phases import client_meter, phase, phase_metrics
 from fedapp.methods.base import ClientJob, ClientPolicy
-from fedapp.methods.registry import resolve
-from fedapp.models import build_model
 from fedapp.runtime import configure_threads
 from fedapp.state import ContextStore, DiskStore, StateStore
 from fedapp.strategy import RESERVED
@@ -46,47 +52,50 @@ def node_local(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
     return dataclasses.replace(cfg, data_root=str(root)) if root else cfg
 
 
-def load_global(model: torch.nn.Module, content: RecordDict) -> dict[str, np.ndarray]:
-    """Write the received global entries into ``model``; return masks of what was received."""
-    sd = model.state_dict()
-    current = {k: v.detach().cpu().numpy() for k, v in sd.items()}
+def load_global(pm: ProcessModel, content: RecordDict) -> dict[str, np.ndarray]:
+    """Set the process's model to w0 with the received global entries written in (every
+    entry is overwritten, so nothing of an earlier message survives); return masks of what
+    was received."""
+    current = pm.initial
     if "arrays-mask" in content.array_records:
         got = wire.decode(content["arrays"], content["arrays-mask"], current, 1.0)  # type: ignore[arg-type]
         values = wire.scatter(got, current)
         received = wire.dense_masks(got, current)
     else:
-        values = wire.from_record(content["arrays"])  # type: ignore[arg-type]
+        values = global_arrays(content["arrays"])  # type: ignore[arg-type]
         missing = set(current) - set(values)
         if missing:
             raise ValueError(f"global arrays lack {sorted(missing)}")
-        received = {k: np.ones(v.shape, bool) for k, v in current.items()}
-    model.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in values.items()})
+        received = pm.everything
+    load_host_arrays(pm.model, values)
     return received
 
 
 def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
-    cfg, method, params = resolve(context.run_config)
+    cfg, method, params = resolve_once(context.run_config)
     cfg = node_local(cfg, context.node_config)
     configure_threads(cfg.num_threads)
+    device = node_device(cfg, context.node_config)
     config = dict(msg.content["config"])  # type: ignore[arg-type]
     pid = int(config.get("partition-id", context.node_config["partition-id"]))  # type: ignore[arg-type]
     server_round = int(config.get("server-round", 0))  # type: ignore[arg-type]
     ds = dataset_for(cfg)
-    model = build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
-    received = load_global(model, msg.content)
+    pm = process_model(cfg, ds, device)
+    received = load_global(pm, msg.content)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + server_round * 10_007 + pid)
     records = {n: wire.from_record(r) for n, r in msg.content.array_records.items() if n not in RESERVED}
     store = state_store(cfg, context, str(config.get("run-token", "")))
-    job = ClientJob(cfg, params, pid, server_round, config, records, model, received, client_data(cfg, pid), store, gen)  # type: ignore[arg-type]
+    data = client_tensors(cfg, pid, device)
+    job = ClientJob(cfg, params, pid, server_round, config, records, pm.model, received, data, store, gen, device)  # type: ignore[arg-type]
     return job, method.client(cfg, params)
 
 
 def handle_train(msg: Message, context: Context) -> Message:
     job, policy = make_job(msg, context)
-    meter = client_meter(job.cfg)
+    meter = client_meter(job.cfg, job.device)
     with phase(meter) as window:
         result = policy.train(job)
-    state = {k: v.detach().cpu().numpy() for k, v in job.model.state_dict().items()}
+    state = host_arrays(job.model.state_dict())
     upload = {k: v for k, v in state.items() if is_averaged(v) and (result.upload is None or k in result.upload)}
     values, mask = wire.encode(upload, result.masks)
     metrics = {**result.metrics, "partition-id": job.pid, **phase_metrics("train", window, meter, job.pid, context.state)}
@@ -98,7 +107,7 @@ def handle_train(msg: Message, context: Context) -> Message:
 
 def handle_evaluate(msg: Message, context: Context) -> Message:
     job, policy = make_job(msg, context)
-    meter = client_meter(job.cfg)
+    meter = client_meter(job.cfg, job.device)
     with phase(meter) as window:
         metrics = policy.evaluate(job)
     metrics = {**metrics, "partition-id": job.pid, **phase_metrics("eval", window, meter, job.pid, context.state)}
@@ -114,7 +123,14 @@ def handle_query(msg: Message, context: Context) -> Message:
         if k in nc:
             info[k] = nc[k]  # type: ignore[assignment]
     try:
-        info["energy-meter"] = process_sampler(MeterSettings.of(resolve(context.run_config)[0]))[1]
+        cfg = resolve_once(context.run_config)[0]
+        device = node_device(cfg, nc)
+    except ConfigError as err:
+        info["device-error"] = str(err)
+        return Message(RecordDict({"info": ConfigRecord(info)}), reply_to=msg)  # type: ignore[arg-type]
+    info["device"] = describe(device)
+    try:
+        info["energy-meter"] = process_sampler(MeterSettings.of(cfg, device))[1]
     except ConfigError as err:
         info["energy-error"] = str(err)
     return Message(RecordDict({"info": ConfigRecord(info)}), reply_to=msg)  # type: ignore[arg-type]

@@ -73,6 +73,14 @@ def energy_meter_check(v: Any) -> str | None:
     return "auto, none, external, jetson, rapl, nvml, or distinct back ends joined by '+' such as 'rapl+nvml'"
 
 
+DEVICE_RE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+
+
+def device_check(v: Any) -> str | None:
+    """Syntax only; fedapp.device checks that the machine has the device (where it trains)."""
+    return None if DEVICE_RE.fullmatch(str(v)) else "auto, cpu, cuda, cuda:N (N = 0, 1, ...) or mps"
+
+
 PARTITION_RE = re.compile(r"^\s*\d+(\s*,\s*\d+)*(\s*\|\s*\d+(\s*,\s*\d+)*)*\s*$")
 
 
@@ -133,6 +141,7 @@ class RunConfig:
         "auto", one_of("auto", "context", "disk"), "where client state lives between rounds; auto: disk where the node sets state-dir"
     )
     num_threads: int = key(1, positive, "torch/BLAS threads per client process")
+    device: str = key("auto", device_check, "torch device to train on; auto: CUDA, else MPS, else CPU; a node's node-config device wins")
     seed: int = key(0, non_negative)
     run_dir: str = key("runs/default")
     target_accuracy: float = key(0.99, unit_interval, "accuracy the report counts rounds (and joules) to")

@@ -126,9 +126,10 @@ def torch_param_masks(
     prev: torch.Tensor | None = None
     for i, layer in enumerate(layout.layers):
         hidden = i < len(layout.hidden)
-        m_out = neuron_masks[i] if hidden else torch.ones(layer.out_width, dtype=neuron_masks[0].dtype)
+        like = neuron_masks[0]
+        m_out = neuron_masks[i] if hidden else torch.ones(layer.out_width, dtype=like.dtype, device=like.device)
         if prev is None or extent == "rows":
-            m_in = torch.ones(layer.in_width, dtype=m_out.dtype)
+            m_in = torch.ones(layer.in_width, dtype=m_out.dtype, device=m_out.device)
         else:
             m_in = prev.repeat_interleave(layer.in_width // prev.numel())
         w = torch.outer(m_out, m_in)

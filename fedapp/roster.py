@@ -38,8 +38,9 @@ class Roster:
                 log.warning("node %s did not answer discovery: %s", node, reply.error.reason)
                 continue
             facts = dict(reply.content["info"])  # type: ignore[arg-type]
-            if "energy-error" in facts:  # the node cannot open the meter the run asked for
-                raise ConfigError(f"node {node}: {facts['energy-error']!s}")
+            for err in ("device-error", "energy-error"):  # the node lacks the device or meter the run asked for
+                if err in facts:
+                    raise ConfigError(f"node {node}: {facts[err]!s}")
             pid = int(facts["partition-id"])  # type: ignore[arg-type]
             if not 0 <= pid < self.num_clients:
                 self.strangers.add(node)

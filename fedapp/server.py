@@ -19,6 +19,7 @@ from flwr.serverapp import Grid
 
 from fedapp import checkpoint, wire
 from fedapp.data import check_partition, dataset_for
+from fedapp.device import describe, load_host_arrays, process_device
 from fedapp.energy.ledger import Ledger
 from fedapp.evaluate import evaluate
 from fedapp.methods.registry import resolve
@@ -38,7 +39,7 @@ def central_eval(
     y: torch.Tensor,
     prepare: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[float, float]:
-    model.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in arrays.items()})
+    load_host_arrays(model, arrays)
     return evaluate(model, x, y, prepare=prepare)
 
 
@@ -46,10 +47,13 @@ def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 
     """Run a whole federation on ``grid`` (or, with ``resume=true``, the rest of it); returns the run folder."""
     cfg, method, params = resolve(raw_config)
     configure_threads(cfg.num_threads)
+    device = process_device(cfg.device)  # central evaluation runs on the server's own device
     ds = dataset_for(cfg)
     check_partition(cfg)
-    model = build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
-    initial = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+    with torch.device("cpu"):  # w0 from the CPU generator on every machine
+        model = build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
+    initial = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    model.to(device)
     config = resolved_config(cfg, params)
     ckpt = checkpoint.load(cfg.run_dir) if cfg.resume else None
     if ckpt is not None:
@@ -62,6 +66,10 @@ def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 
     writer.write_json("meters.json", meters)
     for text in sorted(set(meters.values())):
         log.info("clients %s: %s", ",".join(p for p, m in meters.items() if m == text), text)
+    devices = {str(p): str(f.get("device", "unknown")) for p, f in roster.info.items()}
+    writer.write_json("devices.json", {"server": describe(device), "clients": devices})
+    for text in sorted(set(devices.values())):
+        log.info("clients %s train on %s", ",".join(p for p, d in devices.items() if d == text), text)
     ledger = Ledger()
     policy = method.server(cfg, params, initial, roster.info)
     strategy = MaskedStrategy(cfg, policy, roster.nodes)

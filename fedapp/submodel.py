@@ -15,6 +15,7 @@ forward pass with their personal values.
 from __future__ import annotations
 
 import copy
+import itertools
 
 import numpy as np
 import torch
@@ -25,14 +26,17 @@ from fedapp.masks import model_param_masks, neuron_layout
 
 def _smaller(mod: nn.Module, rows: np.ndarray, cols: np.ndarray) -> nn.Module:
     out_n, in_n = int(rows.sum()), int(cols.sum())
+    ref = next(itertools.chain(mod.parameters(), mod.buffers()))  # the sub-model lives where the model does
+    device, dtype = ref.device, ref.dtype
     if isinstance(mod, nn.Linear):
-        return nn.Linear(in_n, out_n, bias=mod.bias is not None)
+        return nn.Linear(in_n, out_n, bias=mod.bias is not None, device=device, dtype=dtype)
     if isinstance(mod, nn.Conv2d):
         if mod.groups != 1:
             raise ValueError(f"cannot cut a grouped convolution (groups={mod.groups}) into a sub-model")
-        return nn.Conv2d(in_n, out_n, mod.kernel_size, mod.stride, mod.padding, mod.dilation, bias=mod.bias is not None)  # type: ignore[arg-type]
+        conv = (mod.kernel_size, mod.stride, mod.padding, mod.dilation)
+        return nn.Conv2d(in_n, out_n, *conv, bias=mod.bias is not None, device=device, dtype=dtype)  # type: ignore[arg-type]
     if isinstance(mod, (nn.BatchNorm1d, nn.BatchNorm2d)):
-        return type(mod)(out_n, mod.eps, mod.momentum, mod.affine, mod.track_running_stats)
+        return type(mod)(out_n, mod.eps, mod.momentum, mod.affine, mod.track_running_stats, device=device, dtype=dtype)
     raise ValueError(f"cannot cut a {type(mod).__name__} into a sub-model")
 
 
@@ -58,7 +62,7 @@ def extract_submodel(model: nn.Module, neuron_masks: list[np.ndarray]) -> tuple[
     values = {}
     for k, ref in small.items():
         src = full[k]
-        values[k] = src[torch.from_numpy(masks[k])].reshape(ref.shape) if k in masks else src.clone()
+        values[k] = src[torch.from_numpy(masks[k]).to(src.device)].reshape(ref.shape) if k in masks else src.clone()
     sub.load_state_dict(values)
     return sub, masks
 
@@ -69,6 +73,6 @@ def write_back(model: nn.Module, sub: nn.Module, masks: dict[str, np.ndarray]) -
     full = model.state_dict()
     for k, v in sub.state_dict().items():
         if k in masks:
-            full[k][torch.from_numpy(masks[k])] = v.reshape(-1)
+            full[k][torch.from_numpy(masks[k]).to(v.device)] = v.reshape(-1)
         else:
             full[k].copy_(v)

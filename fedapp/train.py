@@ -7,6 +7,12 @@ so a masked-out weight gets exactly zero update under any optimizer. Parameters 
 ``requires_grad=False`` are left out of the optimizer (autograd does less work).
 ``augment`` (the dataset's training augmentation) transforms each minibatch, drawing
 its randomness from the same seeded generator as the shuffling.
+
+Device: the loop runs where the model and data already are. Random draws come from the
+job's CPU generator (so a GPU run shuffles and samples exactly as a CPU run) and reach
+the device as one asynchronous copy; the loss is summed on the device in float64 (the
+same additions, in the same order, as a Python float sum) and read once at the end, so
+no step waits for the host.
 """
 
 from __future__ import annotations
@@ -42,15 +48,40 @@ class TrainStats:
 
 
 def batches(n: int, settings: TrainSettings, gen: torch.Generator) -> list[torch.Tensor]:
-    """Minibatch index lists: shuffled epochs, or exactly ``steps`` batches."""
+    """Minibatch index lists (on the generator's device): shuffled epochs, or exactly ``steps`` batches."""
     out: list[torch.Tensor] = []
     if settings.steps > 0:
         while len(out) < settings.steps:
-            out.extend(torch.randperm(n, generator=gen).split(settings.batch_size))
+            out.extend(torch.randperm(n, generator=gen, device=gen.device).split(settings.batch_size))
         return out[: settings.steps]
     for _ in range(settings.epochs):
-        out.extend(torch.randperm(n, generator=gen).split(settings.batch_size))
+        out.extend(torch.randperm(n, generator=gen, device=gen.device).split(settings.batch_size))
     return out
+
+
+def batches_on(device: torch.device, n: int, settings: TrainSettings, gen: torch.Generator) -> list[torch.Tensor]:
+    """:func:`batches`, moved to ``device`` in one copy (CPU: the same tensors)."""
+    out = batches(n, settings, gen)
+    if device == gen.device or not out:
+        return out
+    return list(torch.cat(out).to(device, non_blocking=True).split([len(b) for b in out]))
+
+
+def uniform(shape: torch.Size | tuple[int, ...], gen: torch.Generator, device: torch.device) -> torch.Tensor:
+    """U[0, 1) float32 draws from ``gen`` (a CPU generator), placed on ``device`` without a host sync."""
+    return torch.rand(shape, generator=gen, device=gen.device).to(device, non_blocking=True)
+
+
+def bernoulli(p: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Bernoulli(p) on p's device from the CPU generator ``gen``: on the CPU bit for bit
+    ``torch.bernoulli(p, generator=gen)`` (the same uniform draws compared with p)."""
+    return (uniform(p.shape, gen, p.device) < p).to(p.dtype)
+
+
+def loss_accumulator(device: torch.device) -> torch.Tensor:
+    """A zero on ``device`` to sum minibatch losses into: float64, so adding float32 losses
+    in order gives the bits of Python's ``total += float(loss)`` (MPS has no float64)."""
+    return torch.zeros((), dtype=torch.float32 if device.type == "mps" else torch.float64, device=device)
 
 
 def make_optimizer(params: list[nn.Parameter], s: TrainSettings) -> torch.optim.Optimizer:
@@ -62,8 +93,10 @@ def make_optimizer(params: list[nn.Parameter], s: TrainSettings) -> torch.optim.
 def proximal_term(mu: float, anchor: dict[str, torch.Tensor], masks: dict[str, torch.Tensor] | None = None) -> ExtraLoss:
     """(mu/2) * ||M * (x - x_start)||^2 over trainable parameters (FedProx)."""
 
+    device = next(iter(anchor.values())).device if anchor else torch.device("cpu")
+
     def loss(model: nn.Module) -> torch.Tensor:
-        total = torch.zeros(())
+        total = torch.zeros((), device=device)
         for name, p in model.named_parameters():
             if p.requires_grad and name in anchor:
                 d = p - anchor[name]
@@ -108,20 +141,20 @@ def local_train(
 ) -> TrainStats:
     start = time.perf_counter()
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    masks = {n: m.to(dtype=p.dtype) for n, p in named if grad_masks and (m := grad_masks.get(n)) is not None}
+    masks = {n: m.to(device=p.device, dtype=p.dtype) for n, p in named if grad_masks and (m := grad_masks.get(n)) is not None}
     opt = make_optimizer([p for _, p in named], settings)
     restore = bool(masks) and needs_restore(settings)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
-    total, steps = 0.0, 0
-    for idx in batches(x.shape[0], settings, gen):
+    total, steps = loss_accumulator(x.device), 0
+    for idx in batches_on(x.device, x.shape[0], settings, gen):
         opt.zero_grad(set_to_none=True)
         xb = x[idx] if augment is None else augment(x[idx], gen)
         loss = loss_fn(model(xb), y[idx])
-        total += float(loss.detach())
+        total += loss.detach()
         if extra_loss is not None:
             loss = loss + extra_loss(model)
         loss.backward()
         masked_step(opt, named, masks, restore)
         steps += 1
-    return TrainStats(total / max(steps, 1), int(x.shape[0]), steps, time.perf_counter() - start)
+    return TrainStats(float(total) / max(steps, 1), int(x.shape[0]), steps, time.perf_counter() - start)

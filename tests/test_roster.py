@@ -8,6 +8,7 @@ from pathlib import Path
 
 from flwr.app import Context, Message, RecordDict
 
+from fedapp.device import describe, pick
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
 from fedapp.roster import Roster
@@ -38,9 +39,10 @@ def test_discover_maps_partitions_and_keeps_device_facts(tmp_path: Path) -> None
     roster = Roster(g, 3)
     roster.discover(5)
     assert roster.nodes == {0: 1000, 1: 1001, 2: 1002}
-    assert {k: v for k, v in roster.info[2].items() if k != "energy-meter"} == {
+    assert {k: v for k, v in roster.info[2].items() if k not in ("energy-meter", "device")} == {
         "partition-id": 2, "tier": "low", "device-name": "board-2", "num-partitions": 3,
     }  # fmt: skip
+    assert roster.info[2]["device"] == describe(pick("auto"))  # the device the node trains on
 
 
 def test_refresh_drops_offline_nodes_and_maps_a_restarted_node_by_asking_only_it(tmp_path: Path) -> None:

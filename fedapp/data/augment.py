@@ -18,12 +18,13 @@ import torch
 import torch.nn.functional as F
 
 from fedapp.data.dataset import Augment
+from fedapp.train import uniform
 
 AUGMENTS = ("auto", "none", "crop-flip", "flip-rotate-crop")
 
 
 def hflip(x: torch.Tensor, gen: torch.Generator, p: float = 0.5) -> torch.Tensor:
-    flip = torch.rand(x.shape[0], generator=gen) < p
+    flip = uniform((x.shape[0],), gen, x.device) < p
     return torch.where(flip[:, None, None, None], x.flip(-1), x)
 
 
@@ -33,8 +34,8 @@ def rotate(x: torch.Tensor, angles: torch.Tensor, fill: torch.Tensor) -> torch.T
     rad = angles.to(torch.float32) * (math.pi / 180)
     cos, sin = torch.cos(rad), torch.sin(rad)
     # output pixel centre (u, v) relative to the image centre, in pixels; sample the input at R(-a)·(u, v)
-    ys = torch.arange(h, dtype=torch.float32) + 0.5 - h / 2
-    xs = torch.arange(w, dtype=torch.float32) + 0.5 - w / 2
+    ys = torch.arange(h, dtype=torch.float32, device=x.device) + 0.5 - h / 2
+    xs = torch.arange(w, dtype=torch.float32, device=x.device) + 0.5 - w / 2
     v, u = torch.meshgrid(ys, xs, indexing="ij")
     src_x = cos[:, None, None] * u - sin[:, None, None] * v
     src_y = sin[:, None, None] * u + cos[:, None, None] * v
@@ -44,7 +45,7 @@ def rotate(x: torch.Tensor, angles: torch.Tensor, fill: torch.Tensor) -> torch.T
 
 
 def random_rotate(x: torch.Tensor, gen: torch.Generator, degrees: float, fill: torch.Tensor) -> torch.Tensor:
-    angles = (torch.rand(x.shape[0], generator=gen) * 2 - 1) * degrees
+    angles = (uniform((x.shape[0],), gen, x.device) * 2 - 1) * degrees
     return rotate(x, angles, fill)
 
 
@@ -53,20 +54,22 @@ def crop(x: torch.Tensor, tops: torch.Tensor, lefts: torch.Tensor, pad: int, fil
     n, c, h, w = x.shape
     padded = fill.view(1, -1, 1, 1).expand(n, c, h + 2 * pad, w + 2 * pad).clone()
     padded[:, :, pad : pad + h, pad : pad + w] = x
-    rows = (tops[:, None] + torch.arange(h))[:, None, :, None]
-    cols = (lefts[:, None] + torch.arange(w))[:, None, None, :]
-    return padded[torch.arange(n)[:, None, None, None], torch.arange(c)[None, :, None, None], rows, cols]
+    ar = torch.arange(max(n, c, h, w), device=x.device)
+    rows = (tops[:, None] + ar[:h])[:, None, :, None]
+    cols = (lefts[:, None] + ar[:w])[:, None, None, :]
+    return padded[ar[:n, None, None, None], ar[None, :c, None, None], rows, cols]
 
 
 def random_crop(x: torch.Tensor, gen: torch.Generator, pad: int, fill: torch.Tensor) -> torch.Tensor:
     n = x.shape[0]
-    tops = torch.randint(0, 2 * pad + 1, (n,), generator=gen)
-    lefts = torch.randint(0, 2 * pad + 1, (n,), generator=gen)
+    tops = torch.randint(0, 2 * pad + 1, (n,), generator=gen, device=gen.device).to(x.device, non_blocking=True)
+    lefts = torch.randint(0, 2 * pad + 1, (n,), generator=gen, device=gen.device).to(x.device, non_blocking=True)
     return crop(x, tops, lefts, pad, fill)
 
 
 def make_augment(name: str, black: torch.Tensor) -> Augment | None:
-    """The augmentation called ``name``; ``black`` is the normalised value of a black pixel per channel."""
+    """The augmentation called ``name``; ``black`` is the normalised value of a black pixel per
+    channel, on the device the minibatches will be on."""
     if name == "none":
         return None
     zero = torch.zeros_like(black)

@@ -35,11 +35,15 @@ class Normalization:
         return out
 
     def tensor(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.from_numpy(self(x.numpy()))
+        """:meth:`__call__` in torch on ``x``'s device (the same float32 operations, the same bits)."""
+        shape = (1, -1) + (1,) * (x.dim() - 2)
+        mean = torch.tensor(self.mean, dtype=torch.float32, device=x.device).reshape(shape)
+        std = torch.tensor(self.std, dtype=torch.float32, device=x.device).reshape(shape)
+        return (x.to(torch.float32) / 255.0 - mean) / std
 
-    def of_black(self) -> torch.Tensor:
+    def of_black(self, device: torch.device | str = "cpu") -> torch.Tensor:
         """The normalised value of a black pixel per channel (torchvision's fill=0 before Normalize)."""
-        return torch.tensor([-m / s for m, s in zip(self.mean, self.std, strict=True)], dtype=torch.float32)
+        return torch.tensor([-m / s for m, s in zip(self.mean, self.std, strict=True)], dtype=torch.float32, device=device)
 
 
 @dataclass(frozen=True)

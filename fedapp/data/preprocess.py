@@ -10,6 +10,7 @@ Normalisations are per-channel (x / 255 - mean) / std:
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from fedapp.config import ConfigError
 from fedapp.data.dataset import Augment, Dataset, Normalization
@@ -58,7 +59,8 @@ def normalization(choice: str, ds: Dataset) -> Normalization | None:
     return Normalization(name, mean, std)
 
 
-def augmentation(choice: str, ds: Dataset, norm: Normalization | None) -> Augment | None:
+def augmentation(choice: str, ds: Dataset, norm: Normalization | None, device: torch.device | str = "cpu") -> Augment | None:
+    """The training augmentation, its fill values on ``device`` (where the minibatches are)."""
     from fedapp.data.augment import make_augment
 
     name = ds.default_augment if choice == "auto" else choice
@@ -68,4 +70,4 @@ def augmentation(choice: str, ds: Dataset, norm: Normalization | None) -> Augmen
         raise ConfigError(
             f"run-config key 'augment' = {choice!r} is not allowed for dataset {ds.name!r}: its features are not images; use 'auto'"
         )
-    return make_augment(name, norm.of_black())
+    return make_augment(name, norm.of_black(device))

@@ -84,6 +84,7 @@ def cmd_supernode(args: argparse.Namespace) -> int:
     node = {
         "partition-id": args.partition_id, "num-partitions": args.num_partitions, "data-root": args.data_root,
         "state-dir": str(Path(args.state_dir).resolve()), "tier": args.tier, "device-name": args.device_name,
+        "device": args.device,
     }  # fmt: skip
     return _run(supernode_argv(superlink=args.superlink, node_config=node, ca=ca, key=key, port=args.port), args)
 
@@ -143,6 +144,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--data-root", default=None, help="dataset folder on this device (overrides the run-config's data-root)")
     p.add_argument("--tier", default=None, help="device tier reported to the server (e.g. low, mid, high)")
     p.add_argument("--device-name", default=socket.gethostname())
+    p.add_argument("--device", default=None, help="torch device to train on (auto, cpu, cuda, cuda:N, mps); wins over the run-config")
     p.add_argument("--port", type=int, default=9094, help="local runtime API port; unique per SuperNode on one host")
     _process_flags(p)
     p.set_defaults(fn=cmd_supernode)

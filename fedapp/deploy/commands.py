@@ -20,7 +20,7 @@ from pathlib import Path
 
 from fedapp.deploy import DeployError
 
-NODE_KEYS = ("partition-id", "num-partitions", "data-root", "state-dir", "tier", "device-name")
+NODE_KEYS = ("partition-id", "num-partitions", "data-root", "state-dir", "tier", "device-name", "device")
 
 
 def flower_exe(name: str) -> str:

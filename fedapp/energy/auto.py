@@ -2,7 +2,10 @@
 
 ``auto`` takes a Jetson's board rails when it has them (sysfs, else tegrastats),
 otherwise every one of NVML and RAPL that answers (summed: GPU + CPU package/DRAM),
-and says what it picked; finding nothing is fine (time only). A meter named
+and says what it picked; finding nothing is fine (time only). NVML meters the GPU the
+process trains on (its NVML index, fedapp.energy.gpu_index), and ``auto`` leaves NVML
+out where training runs on the CPU (an idle GPU's draw is not training energy); a GPU
+metered by name while training runs elsewhere is said once in the log. A meter named
 explicitly must exist: otherwise a ConfigError names the key, the value and what
 was looked for. ``external`` measures nothing live: the wall-plug CSV is joined
 after the run (``fedapp energy join``).
@@ -13,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fedapp.config import ConfigError, RunConfig
 from fedapp.energy.base import MeterUnavailable, Sensor, split_rails
@@ -21,6 +25,9 @@ from fedapp.energy.nvml import Nvml
 from fedapp.energy.rapl import Rapl
 from fedapp.energy.sampler import Sampler
 from fedapp.energy.tegrastats import Tegrastats
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("flwr")
 
@@ -32,10 +39,17 @@ class MeterSettings:
     rails: str = ""
     sysfs_root: str = "/sys"
     tegrastats: str = "tegrastats"
+    trains_on: str = "cpu"  # the torch device type training runs on
+    gpu: int | None = None  # NVML index of the training GPU (None: not on an NVIDIA GPU, or unknown)
 
     @classmethod
-    def of(cls, cfg: RunConfig) -> MeterSettings:
-        return cls(cfg.energy_meter, cfg.energy_interval, cfg.energy_rails, cfg.energy_sysfs_root, cfg.energy_tegrastats)
+    def of(cls, cfg: RunConfig, device: torch.device | None = None) -> MeterSettings:
+        trains_on, gpu = "cpu", None
+        if device is not None:
+            from fedapp.energy.gpu_index import nvml_index
+
+            trains_on, gpu = device.type, nvml_index(device)
+        return cls(cfg.energy_meter, cfg.energy_interval, cfg.energy_rails, cfg.energy_sysfs_root, cfg.energy_tegrastats, trains_on, gpu)
 
 
 def open_backend(name: str, s: MeterSettings) -> Sensor:
@@ -43,7 +57,7 @@ def open_backend(name: str, s: MeterSettings) -> Sensor:
     if name == "rapl":
         return Rapl(s.sysfs_root, rails)
     if name == "nvml":
-        return Nvml(rails)
+        return Nvml(rails or ([str(s.gpu)] if s.gpu is not None else []))
     try:
         return JetsonRails(s.sysfs_root, rails)
     except MeterUnavailable as sysfs_err:
@@ -60,7 +74,9 @@ def open_sensors(s: MeterSettings) -> tuple[list[Sensor], str]:
         return [], f"energy-meter={s.meter}: {why}"
     if s.meter == "auto":
         sensors, misses = [], []
-        for names in (["jetson"], ["nvml", "rapl"]):
+        if s.trains_on != "cuda":
+            misses.append(f"nvml: not used, training runs on {s.trains_on}")
+        for names in (["jetson"], ["nvml", "rapl"] if s.trains_on == "cuda" else ["rapl"]):
             for name in names:
                 try:
                     sensors.append(open_backend(name, s))
@@ -80,7 +96,10 @@ def open_sensors(s: MeterSettings) -> tuple[list[Sensor], str]:
                     done.close()
                 raise MeterUnavailable(f"run-config key 'energy-meter' = {s.meter!r}: {name} meter unavailable: {err}") from None
     check_rails(s, sensors)
-    return sensors, f"energy-meter={s.meter}: " + " + ".join(x.describe() for x in sensors)
+    text = f"energy-meter={s.meter}: " + " + ".join(x.describe() for x in sensors)
+    if s.trains_on != "cuda" and any(x.name == "nvml" for x in sensors):
+        text += f"; note: a GPU is metered while training runs on {s.trains_on}"
+    return sensors, text
 
 
 def check_rails(s: MeterSettings, sensors: list[Sensor]) -> None:

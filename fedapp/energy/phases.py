@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import socket
 from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 from flwr.app import ConfigRecord, RecordDict
 
@@ -20,11 +21,15 @@ from fedapp.config import RunConfig
 from fedapp.energy.auto import MeterSettings, process_sampler
 from fedapp.energy.sampler import Mark, Sampler, Window, timed
 
+if TYPE_CHECKING:
+    import torch
+
 STATE_KEY = "energy-meter"  # Context.state entry holding the node's last meter Mark
 
 
-def client_meter(cfg: RunConfig) -> Sampler | None:
-    return process_sampler(MeterSettings.of(cfg))[0]
+def client_meter(cfg: RunConfig, device: torch.device | None = None) -> Sampler | None:
+    """This process's sampler; NVML meters the GPU ``device`` is (fedapp.energy.auto)."""
+    return process_sampler(MeterSettings.of(cfg, device))[0]
 
 
 def phase(sampler: Sampler | None) -> AbstractContextManager[Window]:

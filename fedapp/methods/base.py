@@ -19,10 +19,12 @@ from torch import nn
 from fedapp.aggregate import Contribution
 from fedapp.config import RunConfig
 from fedapp.data import ClientData
+from fedapp.data.on_device import ClientTensors
 from fedapp.state import StateStore
 from fedapp.train import ExtraLoss, TrainSettings, TrainStats, local_train, proximal_term
 
 Scalar = bool | int | float | str
+CPU = torch.device("cpu")
 
 
 @dataclass
@@ -54,15 +56,24 @@ class ClientJob:
     server_round: int
     config: dict[str, Scalar]
     records: dict[str, dict[str, np.ndarray]]
-    model: nn.Module  # global values already loaded (where they were sent)
+    model: nn.Module  # global values already loaded (where they were sent), on ``device``
     received: dict[str, np.ndarray]  # bool masks of the global entries that were sent (all True when dense)
-    data: ClientData
+    data: ClientData | ClientTensors  # host arrays, or tensors already on ``device``
     store: StateStore
-    gen: torch.Generator
+    gen: torch.Generator  # CPU generator of every random draw (shuffling, masks, augmentation)
+    device: torch.device = CPU  # chosen once per process (fedapp.device); never picked here
 
     def tensors(self, split: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
         x, y = (self.data.x_train, self.data.y_train) if split == "train" else (self.data.x_test, self.data.y_test)
-        return torch.from_numpy(x), torch.from_numpy(y)
+        return on(x, self.device), on(y, self.device)
+
+    def to_device(self, masks: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """Host (wire or state store) masks as tensors on the job's device."""
+        return {n: torch.from_numpy(m).to(self.device) for n, m in masks.items()}
+
+
+def on(a: np.ndarray | torch.Tensor, device: torch.device) -> torch.Tensor:
+    return (torch.from_numpy(a) if isinstance(a, np.ndarray) else a).to(device)
 
 
 @dataclass

@@ -25,7 +25,8 @@ class FedDropClient(SubModelClient):
     def evaluate(self, job: ClientJob) -> dict[str, float]:
         saved = job.store.load(job.pid)
         if not saved:
-            return local_scores(initial_model(self.cfg), job)
+            load_state(job.model, state_of(initial_model(self.cfg)))
+            return local_scores(job.model, job)
         load_state(job.model, {k: v for k, v in saved.items() if not k.startswith(NEURONS)})
         names = [layer.name for layer in neuron_layout(job.model).hidden]
         return local_scores(extract_submodel(job.model, [saved[NEURONS + n] for n in names])[0], job)

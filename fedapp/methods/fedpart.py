@@ -24,6 +24,7 @@ from torch import nn
 from fedapp.accounting import group_macs, group_sizes, round_macs, round_params
 from fedapp.config import ConfigError, RunConfig, key, non_negative, one_of, positive
 from fedapp.data import dataset_for
+from fedapp.device import host_arrays, load_host_arrays
 from fedapp.layer_schedule import FULL, ORDERS, schedule, schedule_length
 from fedapp.masks import LayerGroup, layer_groups
 from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, Reply, ServerPolicy, train_metrics
@@ -140,10 +141,10 @@ class FedPartClient(ClientPolicy):
         g = int(job.config.get("group-index", FULL))
         own = job.store.load(job.pid)  # this client's BatchNorm statistics; the global copies are the server's
         if own:
-            job.model.load_state_dict({k: torch.from_numpy(v) for k, v in own.items()}, strict=False)
+            load_host_arrays(job.model, own, strict=False)
         trainable = train_only(job.model, g)
         stats = self.fit(job)
-        buffers = {n: b.detach().cpu().numpy().copy() for n, b in job.model.named_buffers()}
+        buffers = host_arrays(dict(job.model.named_buffers()))
         job.store.save(job.pid, buffers)
         records = {BN_RECORD: buffers} if job.config.get("send-bn-stats") else {}
         metrics = {**train_metrics(stats), "group-index": g}

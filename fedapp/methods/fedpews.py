@@ -33,6 +33,7 @@ from fedapp.masks import NeuronLayout, model_param_masks, neuron_layout
 from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, Reply, ServerPolicy, settings_of, train_metrics
 from fedapp.methods.pews_train import WarmupLoop, masks_to_records, records_to_masks
 from fedapp.methods.registry import Method
+from fedapp.train import bernoulli
 
 log = logging.getLogger("flwr")
 
@@ -169,12 +170,10 @@ class PeWSClient(ClientPolicy):
         x, y = job.tensors()
         pews = {"ref": ref, "weight": p.diversity_weight, "lr": p.mask_lr, "shared": p.mask_draw == "shared"}
         stats, scores = loop.run(x, y, scores, pews, job.gen)
-        probs = torch.sigmoid(scores).numpy()
-        if p.mask_draw == "deterministic-upload":
-            upload = probs > 0.5
-        else:
-            upload = torch.bernoulli(torch.sigmoid(scores), generator=job.gen).numpy().astype(bool)
-        self.save_scores(job, layout, scores.numpy())
+        theta = torch.sigmoid(scores)
+        probs = theta.cpu().numpy()
+        upload = probs > 0.5 if p.mask_draw == "deterministic-upload" else bernoulli(theta, job.gen).cpu().numpy().astype(bool)
+        self.save_scores(job, layout, scores.cpu().numpy())
         records = {MASK: masks_to_records(upload, layout)}
         if p.diversity_ref == "probs":
             records[PROBS] = dict(zip(self.names(layout), layout.split(probs.astype(np.float32)), strict=True))
@@ -190,10 +189,10 @@ class PeWSClient(ClientPolicy):
         state = job.store.load(job.pid)
         pieces = [state.get(f"{SCORES}/{n}") for n in self.names(layout)]
         if all(piece is not None and piece.shape == (layer.out_width,) for piece, layer in zip(pieces, layout.hidden, strict=True)):
-            return torch.from_numpy(np.concatenate(pieces).astype(np.float32))  # type: ignore[arg-type]
+            return torch.from_numpy(np.concatenate(pieces).astype(np.float32)).to(job.device)  # type: ignore[arg-type]
         if job.config.get("pews-seen"):
             log.warning("partition %d: mask scores missing from the state store (restarted node?); re-initialising to s0", job.pid)
-        return torch.full((layout.total,), float(job.params.mask_init))
+        return torch.full((layout.total,), float(job.params.mask_init), device=job.device)
 
     def save_scores(self, job: ClientJob, layout: NeuronLayout, scores: np.ndarray) -> None:
         pieces = {f"{SCORES}/{n}": s for n, s in zip(self.names(layout), layout.split(scores), strict=True)}
@@ -206,7 +205,7 @@ class PeWSClient(ClientPolicy):
         if rec is None:
             raise ValueError(f"warmup round with diversity-weight > 0 but no {REF!r} record in the message")
         pieces = [np.asarray(rec[n], np.float32) for n in self.names(layout)]
-        return torch.from_numpy(np.concatenate(pieces))
+        return torch.from_numpy(np.concatenate(pieces)).to(job.device)
 
 
 METHOD = Method("fedpews", PeWSServer, PeWSClient, PeWSParams)

@@ -61,8 +61,8 @@ class FixedClient(ClientPolicy):
         pieces = layout.split(mask)
         masks = model_param_masks(job.model, pieces)
         params = dict(job.model.named_parameters())
-        grad_masks = {n: torch.from_numpy(m) for n, m in masks.items() if n in params}
-        with input_masks(job.model, layout, [torch.from_numpy(p.astype(np.float32)) for p in pieces]):
+        grad_masks = job.to_device({n: m for n, m in masks.items() if n in params})
+        with input_masks(job.model, layout, [torch.from_numpy(p.astype(np.float32)).to(job.device) for p in pieces]):
             stats = self.fit(job, grad_masks)
         return ClientResult({**train_metrics(stats), "mask-density": float(mask.mean())}, masks=masks)
 

@@ -13,6 +13,9 @@ FedSelect's own:
   training into the personal set, but only while the personal fraction is < α and
   never past ``floor(α * n)`` (F5 default: cap exactly, so α = 0 is FedAvg).
   ``personal-selection`` = least / random gives the paper's ablations.
+
+Both run on the job's device: LocalAlt's masks are moved there once per round, and
+GradSelect ranks |θ - θ_start| there (only the grown masks come back, to the state store).
 """
 
 from __future__ import annotations
@@ -59,23 +62,40 @@ def top_k(score: np.ndarray, k: int) -> np.ndarray:
     return np.concatenate([above, np.flatnonzero(score == cut)[: k - above.size]])
 
 
+def top_k_mask(score: torch.Tensor, eligible: torch.Tensor, k: int) -> torch.Tensor:
+    """:func:`top_k` over the ``eligible`` entries of ``score`` as a bool mask, on score's device:
+    the k largest, ties at the cutoff by lowest index (no host sync)."""
+    s = torch.where(eligible, score, torch.full_like(score, -torch.inf))
+    cut = torch.topk(s, k).values[-1]  # the k-th largest value (ties do not change it)
+    above = eligible & (s > cut)
+    ties = eligible & (s == cut)
+    return above | (ties & (torch.cumsum(ties, 0) <= k - above.sum()))
+
+
 def grad_select(
-    delta: dict[str, np.ndarray], m_cur: Masks, rate: float, limit: float, selection: str = "most", rng: np.random.Generator | None = None
+    delta: dict[str, np.ndarray] | dict[str, torch.Tensor],
+    m_cur: Masks,
+    rate: float,
+    limit: float,
+    selection: str = "most",
+    rng: np.random.Generator | None = None,
 ) -> Masks:
-    """GradSelect: the next masks given |θ - θ_start| per tensor (ties: lowest index first)."""
+    """GradSelect: the next masks given θ - θ_start per tensor (ties: lowest index first).
+    The ranking runs on the device ``delta`` is on; counts come from the host masks."""
     out: Masks = {}
     for name, m in m_cur.items():
         flat = m.reshape(-1)
         k = growth_count(flat.size, int(flat.sum()), rate, limit)
         grown = flat.copy()
-        if k > 0:
-            shared = np.flatnonzero(~flat)
-            d = np.abs(delta[name].reshape(-1)[shared])
-            if selection == "random":
-                pick = (rng or np.random.default_rng(0)).permutation(shared.size)[:k]
-            else:
-                pick = top_k(d if selection == "most" else -d, k)
-            grown[shared[pick]] = True
+        if k > 0 and selection == "random":
+            free = np.flatnonzero(~flat)
+            grown[free[(rng or np.random.default_rng(0)).permutation(free.size)[:k]]] = True
+        elif k > 0:
+            d = delta[name]
+            dev = torch.from_numpy(d) if isinstance(d, np.ndarray) else d
+            score = dev.reshape(-1).abs()
+            shared = torch.from_numpy(~flat).to(score.device)
+            grown |= top_k_mask(score if selection == "most" else -score, shared, k).cpu().numpy()
         out[name] = grown.reshape(m.shape)
     return out
 
@@ -84,9 +104,9 @@ def local_alt(job: ClientJob, m_cur: Masks, epochs: int) -> TrainStats:
     """LocalAlt: per epoch a personal pass and a shared pass over the same batch order."""
     settings = dataclasses.replace(settings_of(job.cfg), epochs=1)
     x, y = job.tensors()
-    personal = {n: torch.from_numpy(m) for n, m in m_cur.items()}
-    shared = {n: ~m for n, m in personal.items()}
-    passes = [masks for masks in (personal, shared) if any(bool(m.any()) for m in masks.values())]
+    personal, shared = job.to_device(m_cur), job.to_device({n: ~m for n, m in m_cur.items()})
+    host = (m_cur.values(), [~m for m in m_cur.values()])  # which passes are empty, decided on the host
+    passes = [masks for masks, ms in zip((personal, shared), host, strict=True) if any(bool(m.any()) for m in ms)]
     losses, steps, seconds = [], 0, 0.0
     for _ in range(epochs):
         order = job.gen.get_state()
@@ -102,10 +122,10 @@ class FedSelectClient(PersonalClient):
     def local_update(self, job: ClientJob, m_cur: Masks) -> TrainStats:
         return local_alt(job, m_cur, self.params.local_alt_epochs)
 
-    def next_mask(self, job: ClientJob, m_cur: Masks, start: dict[str, np.ndarray]) -> Masks:
+    def next_mask(self, job: ClientJob, m_cur: Masks, start: dict[str, torch.Tensor]) -> Masks:
         if job.server_round % self.params.mask_update_every:
             return m_cur
-        now = {n: p.detach().cpu().numpy() for n, p in job.model.named_parameters() if n in m_cur}
+        now = {n: p.detach() for n, p in job.model.named_parameters() if n in m_cur}
         delta = {n: now[n] - start[n] for n in m_cur}
         rng = np.random.default_rng([job.cfg.seed, job.server_round, job.pid])
         return grad_select(delta, m_cur, self.params.personal_rate, self.params.personal_limit, self.params.personal_selection, rng)

@@ -42,17 +42,15 @@ class FedSPUClient(ClientPolicy):
         active = active_masks(job, job_neurons(job))
         merge(job.model, job.store.load(job.pid) or state_of(initial_model(self.cfg)), active)
         params = dict(job.model.named_parameters())
-        stats = self.fit(job, {k: torch.from_numpy(m) for k, m in active.items() if k in params})
+        stats = self.fit(job, job.to_device({k: m for k, m in active.items() if k in params}))
         job.store.save(job.pid, state_of(job.model))
         return ClientResult(metrics={**train_metrics(stats), **es_metrics(job.model, job, stats.loss, self.params.es_lambda)}, masks=active)
 
     def evaluate(self, job: ClientJob) -> dict[str, float]:
         """The stored personal model (w0 if never selected) on the local test split."""
         personal = job.store.load(job.pid)
-        model = job.model if personal else initial_model(self.cfg)
-        if personal:
-            load_state(model, personal)
-        return local_scores(model, job)
+        load_state(job.model, personal or state_of(initial_model(self.cfg)))
+        return local_scores(job.model, job)
 
 
 METHOD = Method("fedspu", TieredServer, FedSPUClient, TierParams)

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from fedapp import wire
+from fedapp.device import host_arrays, load_host_arrays
 from fedapp.evaluate import evaluate
 from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, Reply, ServerPolicy, train_metrics
 from fedapp.train import TrainStats
@@ -77,11 +78,11 @@ class PersonalState:
 
 
 def model_arrays(model: nn.Module) -> dict[str, np.ndarray]:
-    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+    return host_arrays(model.state_dict())
 
 
 def load_arrays(model: nn.Module, arrays: dict[str, np.ndarray]) -> None:
-    model.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in arrays.items()})
+    load_host_arrays(model, arrays)
 
 
 class PersonalClient(ClientPolicy):
@@ -96,7 +97,8 @@ class PersonalClient(ClientPolicy):
     def local_update(self, job: ClientJob, m_cur: Masks) -> TrainStats:
         return self.fit(job)
 
-    def next_mask(self, job: ClientJob, m_cur: Masks, start: dict[str, np.ndarray]) -> Masks:
+    def next_mask(self, job: ClientJob, m_cur: Masks, start: dict[str, torch.Tensor]) -> Masks:
+        """The mask for the next round, given the parameters at the start of training (on the device)."""
         return m_cur
 
     def restore(self, job: ClientJob) -> Masks:
@@ -124,7 +126,7 @@ class PersonalClient(ClientPolicy):
 
     def train(self, job: ClientJob) -> ClientResult:
         m_cur = self.restore(job)
-        start = {n: p.detach().cpu().numpy().copy() for n, p in job.model.named_parameters() if n in m_cur}
+        start = {n: p.detach().clone() for n, p in job.model.named_parameters() if n in m_cur}
         stats = self.local_update(job, m_cur)
         m_next = self.next_mask(job, m_cur, start)
         PersonalState(model_arrays(job.model), m_cur, m_next, job.server_round).save(job)

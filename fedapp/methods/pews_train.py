@@ -18,7 +18,17 @@ from torch import nn
 from torch.func import functional_call
 
 from fedapp.masks import NeuronLayout, torch_param_masks
-from fedapp.train import TrainSettings, TrainStats, batches, make_optimizer, masked_step, needs_restore, proximal_term
+from fedapp.train import (
+    TrainSettings,
+    TrainStats,
+    batches_on,
+    bernoulli,
+    loss_accumulator,
+    make_optimizer,
+    masked_step,
+    needs_restore,
+    proximal_term,
+)
 
 
 def split(layout: NeuronLayout, flat: torch.Tensor) -> list[torch.Tensor]:
@@ -27,10 +37,11 @@ def split(layout: NeuronLayout, flat: torch.Tensor) -> list[torch.Tensor]:
 
 def ste_mask(scores: torch.Tensor, gen: torch.Generator, identity: bool = False) -> torch.Tensor:
     """Bernoulli(sigmoid(s)) sample with a straight-through gradient (spec D5): forward value
-    bern(theta); backward d/ds = dL/dm * sigmoid'(s), or dL/dm itself when ``identity``."""
+    bern(theta); backward d/ds = dL/dm * sigmoid'(s), or dL/dm itself when ``identity``.
+    The draw comes from the CPU generator ``gen`` (train.bernoulli), wherever ``scores`` is."""
     theta = torch.sigmoid(scores)
     through = scores if identity else theta
-    return torch.bernoulli(theta.detach(), generator=gen) + through - through.detach()
+    return bernoulli(theta.detach(), gen) + through - through.detach()
 
 
 def diversity_term(scores: torch.Tensor, ref: torch.Tensor, weight: float) -> torch.Tensor:
@@ -120,15 +131,16 @@ class WarmupLoop:
         (grad,) = torch.autograd.grad(loss, s)
         return (s - lr * grad).detach(), m.detach().round()
 
-    def weight_step(self, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> float:
-        """Procedure II: x <- x - lr * M' * grad_x [CE(f(x * M')) + (mu/2)||M' * (x - x_start)||^2]."""
+    def weight_step(self, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Procedure II: x <- x - lr * M' * grad_x [CE(f(x * M')) + (mu/2)||M' * (x - x_start)||^2].
+        Returns the task loss as a tensor (read by the caller once per round, not per step)."""
         pm = self.param_masks(mask)
         self.opt.zero_grad(set_to_none=True)
         task = self.loss_fn(self.forward(x, mask, pm), y)
         loss = task + proximal_term(self.mu, self.anchor, pm)(self.model) if self.mu > 0 else task
         loss.backward()
         masked_step(self.opt, self.named, {n: m.detach() for n, m in pm.items()}, self.restore)
-        return float(task.detach())
+        return task.detach()
 
     def run(
         self, x: torch.Tensor, y: torch.Tensor, scores: torch.Tensor, pews: dict[str, Any], gen: torch.Generator
@@ -136,14 +148,14 @@ class WarmupLoop:
         """All local steps of a warmup round; ``pews`` holds ref, weight, lr and shared (bool)."""
         start = time.perf_counter()
         self.model.train()
-        total, steps = 0.0, 0
-        for idx in batches(x.shape[0], self.settings, gen):
+        total, steps = loss_accumulator(x.device), 0
+        for idx in batches_on(x.device, x.shape[0], self.settings, gen):
             xb, yb = x[idx], y[idx]
             scores, drawn = self.score_step(xb, yb, scores, pews["ref"], pews["weight"], pews["lr"], gen)
-            mask = drawn if pews["shared"] else torch.bernoulli(torch.sigmoid(scores), generator=gen)
+            mask = drawn if pews["shared"] else bernoulli(torch.sigmoid(scores), gen)
             total += self.weight_step(xb, yb, mask)
             steps += 1
-        return TrainStats(total / max(steps, 1), int(x.shape[0]), steps, time.perf_counter() - start), scores
+        return TrainStats(float(total) / max(steps, 1), int(x.shape[0]), steps, time.perf_counter() - start), scores
 
 
 def masks_to_records(flat: np.ndarray, layout: NeuronLayout) -> dict[str, np.ndarray]:

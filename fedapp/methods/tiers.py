@@ -24,6 +24,7 @@ import torch
 
 from fedapp.config import ConfigError, RunConfig, float_list, key, one_of, unit_interval
 from fedapp.data import dataset_for
+from fedapp.device import host_arrays, load_host_arrays
 from fedapp.evaluate import evaluate
 from fedapp.masks import model_param_masks, neuron_layout
 from fedapp.methods.base import ClientJob, NodeTask, Reply, Scalar, ServerPolicy
@@ -101,9 +102,11 @@ def pack(layer_names: list[str], neurons: list[np.ndarray]) -> dict[str, np.ndar
 
 
 def initial_model(cfg: RunConfig) -> torch.nn.Module:
-    """w0: the seeded initial model, which server and clients rebuild identically."""
+    """w0: the seeded initial model, which server and clients rebuild identically (on the
+    CPU, from the CPU generator; a client loads its values into the model on its device)."""
     ds = dataset_for(cfg)
-    return build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
+    with torch.device("cpu"):
+        return build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
 
 
 def job_neurons(job: ClientJob) -> list[np.ndarray]:
@@ -132,11 +135,11 @@ def active_masks(job: ClientJob, neurons: list[np.ndarray]) -> dict[str, np.ndar
 
 
 def state_of(model: torch.nn.Module) -> dict[str, np.ndarray]:
-    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+    return host_arrays(model.state_dict())
 
 
 def load_state(model: torch.nn.Module, arrays: dict[str, np.ndarray]) -> None:
-    model.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in arrays.items()})
+    load_host_arrays(model, arrays)
 
 
 def local_scores(model: torch.nn.Module, job: ClientJob) -> dict[str, float]:
