@@ -60,7 +60,7 @@ def int_list(v: Any) -> str | None:
     return None if ok else "comma-separated positive integers such as '32,64'"
 
 
-SEED_MAX = 2**32 - 1  # numpy's legacy seeding and Hugging Face Datasets' shuffle take 32-bit seeds
+SEED_MAX = 2**32 - 1  # numpy's legacy seeding and scikit-learn's random_state take 32-bit seeds
 
 
 def seed_range(v: Any) -> str | None:
