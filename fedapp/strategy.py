@@ -79,12 +79,14 @@ class MaskedStrategy(Strategy):
         self.sent_nodes: dict[int, int] = {}  # partition id -> node its train task went to this round
         self.eval_nodes: dict[int, int] = {}  # partition id -> node its evaluate task went to this round
         self.scale: dict[str, float] = {}  # per float tensor: the unit of the step bound (reply_checks.scales)
+        self.limits: tuple[dict[str, int], dict[str, int]] = ({}, {})  # most data bytes per values / mask array
         self.sizes = split_sizes(cfg)  # per partition: local train and test samples (deterministic split)
 
     # -- training -------------------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         self.global_np = wire.from_record(arrays)
         self.scale = checks.scales(self.global_np)
+        self.limits = wire.byte_limits(self.global_np)
         chosen = self.policy.select(server_round, sorted(self.nodes), self.rng)
         self.stats = RoundStats()
         self.extra_metrics = {}
@@ -125,11 +127,10 @@ class MaskedStrategy(Strategy):
         if "values" not in content:
             raise checks.ReplyError("no 'values' ArrayRecord")
         checks.sample_count(metrics, self.sizes[pid].train)
-        value_limits, mask_limits = wire.byte_limits(self.global_np)
-        checks.check_arrays(content.array_records["values"], value_limits, "values")
+        checks.check_arrays(content.array_records["values"], self.limits[0], "values")
         mask = content.array_records.get("mask")
         if mask is not None:
-            checks.check_arrays(mask, mask_limits, "mask")
+            checks.check_arrays(mask, self.limits[1], "mask")
         contribution = wire.decode(content.array_records["values"], mask, self.global_np, self.policy.weight(metrics))
         checks.reply_step(contribution, self.global_np, self.scale)
         records = {n: checks.decode_record(content.array_records[n], spec, n) for n, spec in specs.items() if n in content}
@@ -207,27 +208,29 @@ class MaskedStrategy(Strategy):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         self.eval_client_metrics = {}
-        failures = 0
+        failed: list[str] = []
         for msg in replies:
+            if msg.has_error():
+                failed.append(f"node {msg.metadata.src_node_id}: evaluation failed ({msg.error.reason})")
+                continue
             try:
-                if msg.has_error():
-                    raise checks.ReplyError(msg.error.reason)
                 pid, metrics = self.check_eval(msg)
             except Exception as err:  # one node's bad evaluation is that node's failure
-                failures += 1
-                self.stats.reasons.append(f"node {msg.metadata.src_node_id}: evaluation dropped ({describe(err)})")
-                log.warning("%s", self.stats.reasons[-1])
+                failed.append(f"node {msg.metadata.src_node_id}: evaluation dropped ({describe(err)})")
                 continue
             self.eval_client_metrics[pid] = metrics
+        for reason in failed:
+            log.warning("%s", reason)
+        self.stats.reasons += failed
         accs = [m["accuracy"] for m in self.eval_client_metrics.values()]
-        self.eval_stats = {"eval_failures": failures} if failures else {}
+        self.eval_stats = {"eval_failures": len(failed)} if failed else {}
         if not accs:
             return None
         self.eval_stats.update({
             "personalized_accuracy": float(np.mean(accs)), "personalized_accuracy_min": min(accs),
             "personalized_accuracy_max": max(accs), "evaluated_clients": len(accs),
         })  # fmt: skip
-        return MetricRecord({k: v for k, v in self.eval_stats.items() if k != "eval_failures"})
+        return MetricRecord(dict(self.eval_stats))
 
     def summary(self) -> None:
         log.info("MaskedStrategy: method=%s clients=%d server-lr=%s", self.cfg.method, len(self.nodes), self.cfg.server_lr)

@@ -200,6 +200,7 @@ def test_the_sample_count_bound_is_the_partitions_own_size(tmp_path: Path) -> No
         {"partition": "shard", "num-clients": 5, "samples-per-client": 20},
         {"partition": "shard", "num-clients": 5, "local-test-source": "test-set"},
         {"partition": "shard", "num-clients": 5, "local-test-fraction": 0.2},
+        {"method": "fedselect", "partition": "dirichlet"},  # a personalised method with the default local test split
     ],
 )
 def test_the_servers_split_sizes_are_the_clients_own(over: dict[str, Any]) -> None:
