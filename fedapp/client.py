@@ -28,7 +28,7 @@ from fedapp.energy.auto import MeterSettings, process_sampler
 from fedapp.energy.phases import client_meter, phase, phase_metrics
 from fedapp.methods.base import ClientJob, ClientPolicy
 from fedapp.runtime import configure_threads
-from fedapp.state import ContextStore, DiskStore, StateStore
+from fedapp.state import ContextStore, DiskStore, StateStore, token_folder
 from fedapp.strategy import RESERVED
 
 NODE_FACTS = ("tier", "active-fraction", "device-name", "num-partitions")
@@ -43,7 +43,7 @@ def state_store(cfg: RunConfig, context: Context, run_token: str = "") -> StateS
     if kind == "context":
         return ContextStore(context)
     root = Path(node_dir) if node_dir else Path(cfg.run_dir) / "client-state"
-    return DiskStore(root / run_token if run_token else root)
+    return DiskStore(token_folder(root, run_token) if run_token else root)
 
 
 def node_local(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:

@@ -9,6 +9,7 @@ its own small dataclass (``Method.params``) instead of one global bag of flags.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -55,7 +56,40 @@ def half_open_unit(v: Any) -> str | None:
 
 
 def int_list(v: Any) -> str | None:
-    return None if re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*", str(v)) else "comma-separated positive integers such as '32,64'"
+    ok = re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*", str(v)) and all(int(x) > 0 for x in str(v).split(","))
+    return None if ok else "comma-separated positive integers such as '32,64'"
+
+
+SEED_MAX = 2**32 - 1  # numpy's legacy seeding and scikit-learn's random_state take 32-bit seeds
+
+
+def seed_range(v: Any) -> str | None:
+    return None if 0 <= v <= SEED_MAX else f"an integer in 0..{SEED_MAX}"
+
+
+MAX_THREADS = 1024  # more than the hardware threads of any machine this runs on; torch makes a thread per unit
+
+
+def thread_count(v: Any) -> str | None:
+    return None if 1 <= v <= MAX_THREADS else f"an integer in 1..{MAX_THREADS}"
+
+
+SYSTEM_ROOTS = ("/dev", "/proc", "/sys")
+
+
+def folder_check(v: Any) -> str | None:
+    """A folder a run-config names (written by whoever submits the run, not the node's operator):
+    no '..' component, not a device or system area, not a file."""
+    if not v:
+        return None
+    path = Path(str(v))
+    allowed = "a folder path without '..' outside /dev, /proc and /sys (or empty)"
+    if ".." in path.parts:
+        return allowed
+    real = path.resolve()
+    if any(real == Path(r) or Path(r) in real.parents for r in SYSTEM_ROOTS) or (real.exists() and not real.is_dir()):
+        return allowed
+    return None
 
 
 def float_list(v: Any) -> str | None:
@@ -99,8 +133,10 @@ class RunConfig:
     dataset: str = key(
         "digits", doc="synthetic-32k, synthetic-3.2k, digits, mnist, emnist, cifar10, cifar100, MedMNIST names, cifar-mnist, ..."
     )
-    data_seed: int = key(0, non_negative, "seed of data generation and partitioning")
-    data_root: str = key("", doc="folder with downloaded datasets (real-data loaders); `fedapp data fetch` fills it")
+    data_seed: int = key(0, seed_range, "seed of data generation and partitioning")
+    data_root: str = key(
+        "", folder_check, "folder with downloaded datasets (real-data loaders); `fedapp data fetch` fills it; a node's own wins"
+    )
     normalize: str = key(
         "auto", one_of("auto", "none", "half", "imagenet", "cifar100", "train-stats"), "image normalisation; auto: the dataset's default"
     )
@@ -140,9 +176,9 @@ class RunConfig:
     state_store: str = key(
         "auto", one_of("auto", "context", "disk"), "where client state lives between rounds; auto: disk where the node sets state-dir"
     )
-    num_threads: int = key(1, positive, "torch/BLAS threads per client process")
+    num_threads: int = key(1, thread_count, "torch/BLAS threads per client process")
     device: str = key("auto", device_check, "torch device to train on; auto: CUDA, else MPS, else CPU; a node's node-config device wins")
-    seed: int = key(0, non_negative)
+    seed: int = key(0, seed_range)
     run_dir: str = key("runs/default")
     target_accuracy: float = key(0.99, unit_interval, "accuracy the report counts rounds (and joules) to")
     energy_meter: str = key("auto", energy_meter_check, "power/energy meter each client samples (docs/energy.md)")
@@ -179,7 +215,7 @@ def defaults_of(cls: type) -> dict[str, Scalar]:
     return {k: f.default for k, f in fields_of(cls).items()}  # type: ignore[misc]
 
 
-def _coerce(name: str, value: Any, default: Scalar) -> Scalar:
+def coerce(name: str, value: Any, default: Scalar) -> Scalar:
     want = type(default)
     if want is bool:
         if isinstance(value, bool):
@@ -208,7 +244,9 @@ def parse(cls: type[T], raw: Mapping[str, Any]) -> T:
     """Build ``cls`` from the keys of ``raw`` it declares (others are ignored here)."""
     values: dict[str, Any] = {}
     for name, f in fields_of(cls).items():
-        v = _coerce(name, raw[name], cast(Scalar, f.default)) if name in raw else f.default
+        v = coerce(name, raw[name], cast(Scalar, f.default)) if name in raw else f.default
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ConfigError(f"run-config key '{name}' = {v!r} is not allowed: expected a finite number")
         check = f.metadata.get("check")
         if check is not None and (allowed := check(v)) is not None:
             raise ConfigError(f"run-config key '{name}' = {v!r} is not allowed: expected {allowed}")
@@ -229,8 +267,11 @@ def load_toml_config(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"run-config file {str(p)!r} does not exist")
-    with p.open("rb") as fh:
-        data = tomllib.load(fh)
+    try:
+        with p.open("rb") as fh:
+            data = tomllib.load(fh)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"run-config file {str(p)!r} is not valid TOML: {err}") from None
     return flatten(data)
 
 

@@ -6,6 +6,14 @@ restarted without registered keys comes back under a new id, and any node drops 
 ``grid.get_node_ids()`` (online nodes only) once its heartbeat lapses. ``discover`` waits
 for every partition once; ``refresh`` runs between rounds and costs a query only for ids
 it has not seen before.
+
+An answer is checked, not trusted: one that is malformed (no ``info``, a partition-id that
+is not a whole number, oversized facts) makes that node a stranger, never a crash. A
+partition whose node is online cannot be claimed by another node: the claimant is asked
+again at the next refresh and takes over only once the first node has gone offline (a
+restarted SuperNode under a new id, whose old id has not lapsed yet, gets its partition
+back that way). A node's device or meter error stops the run at discovery (the run asked
+for a device or meter the node lacks); mid-run it only keeps that node out.
 """
 
 from __future__ import annotations
@@ -14,12 +22,36 @@ import logging
 import time
 from typing import Any
 
-from flwr.app import Message, MessageType, RecordDict
+from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
 from fedapp.config import ConfigError
 
 log = logging.getLogger("flwr")
+
+MAX_FACTS = 32  # entries of a node's answer (it sends about eight)
+MAX_FACT_CHARS = 1000  # characters of one fact (a meter description, an error message)
+
+
+class BadAnswer(ValueError):
+    """A node's discovery answer cannot be used."""
+
+
+def facts_of(reply: Message) -> tuple[int, dict[str, Any]]:
+    """The partition id and facts a query answer states, or BadAnswer saying what is wrong."""
+    info = reply.content.get("info")
+    if not isinstance(info, ConfigRecord):
+        raise BadAnswer(f"no 'info' ConfigRecord (got {type(info).__name__})")
+    if len(info) > MAX_FACTS:
+        raise BadAnswer(f"{len(info)} facts, more than {MAX_FACTS}")
+    facts = dict(info)
+    for k, v in facts.items():
+        if len(k) > MAX_FACT_CHARS or (isinstance(v, (str, bytes, list)) and len(v) > MAX_FACT_CHARS):
+            raise BadAnswer(f"fact {k[:40]!r} is longer than {MAX_FACT_CHARS}")
+    pid = facts.get("partition-id")
+    if isinstance(pid, bool) or not isinstance(pid, int):
+        raise BadAnswer(f"partition-id = {pid!r:.40} is not an integer")
+    return pid, facts
 
 
 class Roster:
@@ -27,27 +59,39 @@ class Roster:
         self.grid, self.num_clients = grid, num_clients
         self.nodes: dict[int, int] = {}  # partition id -> node id
         self.info: dict[int, dict[str, Any]] = {}  # partition id -> facts the node reported
-        self.strangers: set[int] = set()  # answered, but with a partition this run does not use
+        self.strangers: set[int] = set()  # answered, but with a partition this run does not use, or unusably
+        self.discovered = False  # every partition had a node once: later meter errors keep a node out, not the run
 
-    def query(self, ids: list[int], timeout: float) -> None:
-        """Ask ``ids`` who they are; a later claim of a partition replaces an earlier one."""
+    def query(self, ids: list[int], timeout: float, online: set[int] | None = None) -> None:
+        """Ask ``ids`` who they are. A claim of a partition whose node is in ``online`` is refused."""
         msgs = [Message(RecordDict(), dst_node_id=i, message_type=MessageType.QUERY, ttl=max(1.0, timeout)) for i in ids]
         for reply in self.grid.send_and_receive(msgs, timeout=max(1.0, timeout)):
             node = reply.metadata.src_node_id
             if reply.has_error():
                 log.warning("node %s did not answer discovery: %s", node, reply.error.reason)
                 continue
-            facts = dict(reply.content["info"])  # type: ignore[arg-type]
-            for err in ("device-error", "energy-error"):  # the node lacks the device or meter the run asked for
-                if err in facts:
-                    raise ConfigError(f"node {node}: {facts[err]!s}")
-            pid = int(facts["partition-id"])  # type: ignore[arg-type]
+            try:
+                pid, facts = facts_of(reply)
+            except Exception as err:  # one node's unusable answer keeps that node out, nothing else
+                log.warning("node %s: discovery answer ignored (%s: %s)", node, type(err).__name__, err)
+                self.strangers.add(node)
+                continue
+            problem = next((facts[e] for e in ("device-error", "energy-error") if e in facts), None)
+            if problem is not None:  # the node lacks the device or meter the run asked for
+                if not self.discovered:
+                    raise ConfigError(f"node {node}: {problem!s}")
+                log.warning("node %s left out: %s", node, problem)
+                self.strangers.add(node)
+                continue
             if not 0 <= pid < self.num_clients:
                 self.strangers.add(node)
                 continue
-            if pid in self.nodes and self.nodes[pid] != node:
-                log.warning("partition-id %d now served by node %d (was node %d)", pid, node, self.nodes[pid])
-                self.strangers.add(self.nodes[pid])  # never ask the displaced node again
+            held = self.nodes.get(pid)
+            if held is not None and held != node:
+                if online is None or held in online:
+                    log.warning("node %d claims partition-id %d, which online node %d serves; refused", node, pid, held)
+                    continue
+                log.warning("partition-id %d now served by node %d (was node %d, offline)", pid, node, held)
             self.nodes[pid], self.info[pid] = node, facts
 
     def discover(self, timeout: float) -> None:
@@ -57,6 +101,7 @@ class Roster:
             self.refresh(max(1.0, deadline - time.monotonic()))
             wanted = [p for p in range(self.num_clients) if p not in self.nodes]
             if not wanted:
+                self.discovered = True
                 return
             if time.monotonic() > deadline:
                 raise ConfigError(
@@ -76,7 +121,7 @@ class Roster:
         unknown = sorted(online - set(self.nodes.values()) - self.strangers)
         if unknown:
             before = dict(self.nodes)
-            self.query(unknown, timeout)
+            self.query(unknown, timeout, online)
             for pid in sorted(set(self.nodes) - set(before)):
                 log.info("partition-id %d: node %d joined", pid, self.nodes[pid])
         return dict(self.nodes)

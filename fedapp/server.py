@@ -26,6 +26,7 @@ from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 from fedapp.results import RunWriter, resolved_config
 from fedapp.roster import Roster
+from fedapp.run_checks import check_run
 from fedapp.runtime import configure_threads
 from fedapp.strategy import MaskedStrategy
 
@@ -50,6 +51,8 @@ def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 
     device = process_device(cfg.device)  # central evaluation runs on the server's own device
     ds = dataset_for(cfg)
     check_partition(cfg)
+    for warning in check_run(cfg, method, params, raw_config, ds):
+        log.warning("%s", warning)
     with torch.device("cpu"):  # w0 from the CPU generator on every machine
         model = build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
     initial = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}

@@ -7,12 +7,22 @@ Two stores with one interface, keyed by partition id:
 * ``DiskStore`` writes one ``.npz`` per client under a folder (the run folder in
   simulation, the node's ``state-dir`` in deployment), atomically, so state survives
   restarts and memory does not grow with thousands of simulated clients.
+
+A state file that cannot be read (a disk error, a file written by something else) fails
+that round's message with an error naming it, and is moved aside to ``<name>.corrupt`` so
+the client starts afresh the next round, as after a lost state-dir (every method already
+handles that). Failing the round puts the file's name in the server's failure_reasons, where
+the operator sees it; keeping it failing would lose the client for the rest of the run.
+The run token that names a run's state folder comes from the server and is checked before
+it becomes a path.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Protocol
 
@@ -20,6 +30,21 @@ import numpy as np
 from flwr.app import ArrayRecord, Context
 
 from fedapp.wire import from_record, to_record
+
+TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")  # checkpoint.new_token's alphabet, one path component
+
+
+class StateError(RuntimeError):
+    """A client's stored state cannot be used (the message names the file)."""
+
+
+def token_folder(root: str | Path, token: str) -> Path:
+    """``root / token`` for a run token the server sent: one plain path component, never '..' or absolute."""
+    if not TOKEN.fullmatch(token) or token in (".", ".."):
+        raise ValueError(
+            f"run-token {token[:80]!r} from the server is not allowed: expected letters, digits, '.', '_' or '-' (at most 200)"
+        )
+    return Path(root) / token
 
 
 class StateStore(Protocol):
@@ -68,8 +93,16 @@ class DiskStore:
         p = self.path(pid)
         if not p.exists():
             return {}
-        with np.load(p, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
+        try:
+            with np.load(p, allow_pickle=False) as data:
+                return {k: data[k] for k in data.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+            aside = p.with_name(p.name + ".corrupt")
+            os.replace(p, aside)
+            raise StateError(
+                f"client state file {p} is unreadable ({type(err).__name__}: {err}); moved to {aside.name}, "
+                "the client starts afresh next round"
+            ) from None
 
     def save(self, pid: int, arrays: dict[str, np.ndarray]) -> None:
         save_npz_atomic(self.path(pid), arrays)

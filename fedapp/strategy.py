@@ -4,7 +4,11 @@ Stock FedAvg sends one RecordDict to everyone and requires identical keys in eve
 reply (../shared/specs/flower-1.41.md §2.2). Here each node gets its own message
 (config + extra records from the method's server policy), replies may carry any
 subset of tensors with packed masks, and a bad or failed reply is logged, counted
-in ``failures`` and never aggregated.
+in ``failures`` and never aggregated. Replies are checked, not trusted
+(reply_checks.py): whatever goes wrong while handling one node's reply, a check or an
+exception, is that node's failure with its reason in ``failure_reasons``, and the run
+goes on. An aggregate that is not finite is not installed: the round keeps the previous
+model and its row says ``aggregate_rejected``.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
+from fedapp import reply_checks as checks
 from fedapp import wire
 from fedapp.aggregate import masked_mean
 from fedapp.config import RunConfig
+from fedapp.data.sizes import split_sizes
 from fedapp.methods.base import Reply, ServerPolicy
 
 log = logging.getLogger("flwr")
@@ -70,14 +76,22 @@ class MaskedStrategy(Strategy):
         self.eval_stats: dict[str, Any] = {}
         self.eval_client_metrics: dict[int, dict[str, float]] = {}  # partition id -> its evaluate reply metrics
         self.extra_metrics: dict[str, Any] = {}
+        self.sent_nodes: dict[int, int] = {}  # partition id -> node its train task went to this round
+        self.eval_nodes: dict[int, int] = {}  # partition id -> node its evaluate task went to this round
+        self.scale: dict[str, float] = {}  # per float tensor: the unit of the step bound (reply_checks.scales)
+        self.limits: tuple[dict[str, int], dict[str, int]] = ({}, {})  # most data bytes per values / mask array
+        self.sizes = split_sizes(cfg)  # per partition: local train and test samples (deterministic split)
 
     # -- training -------------------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         self.global_np = wire.from_record(arrays)
+        self.scale = checks.scales(self.global_np)
+        self.limits = wire.byte_limits(self.global_np)
         chosen = self.policy.select(server_round, sorted(self.nodes), self.rng)
         self.stats = RoundStats()
         self.extra_metrics = {}
         self.sent_pids = list(chosen)
+        self.sent_nodes = {pid: self.nodes[pid] for pid in chosen}
         messages = []
         for pid in chosen:
             task = self.policy.node_task(server_round, pid)
@@ -101,14 +115,25 @@ class MaskedStrategy(Strategy):
         node = self.nodes[pid]
         return Message(content, dst_node_id=node, message_type=message_type, group_id=str(server_round), ttl=self.cfg.round_timeout)
 
-    def decode(self, msg: Message) -> Reply:
+    def decode(self, msg: Message, server_round: int) -> Reply:
+        """Check a train reply against its task (reply_checks.py), then decode it; raises on anything wrong."""
         content = msg.content
-        metrics = {k: float(v) for k, v in content["metrics"].items()}  # type: ignore[arg-type]
-        pid = int(metrics.get("partition-id", -1))
-        if pid not in self.nodes:
-            raise wire.WireError(f"reply names unknown partition-id {pid}")
-        contribution = wire.decode(content["values"], content.array_records.get("mask"), self.global_np, self.policy.weight(metrics))  # type: ignore[arg-type]
-        records = {n: wire.from_record(r) for n, r in content.array_records.items() if n not in RESERVED}
+        metrics = checks.metrics_of(content)
+        pid = checks.partition_of(metrics, msg.metadata.src_node_id, self.sent_nodes)
+        specs = self.policy.reply_records(server_round, pid)
+        checks.record_types(
+            content, {"values": ArrayRecord, "mask": ArrayRecord, "metrics": MetricRecord, **dict.fromkeys(specs, ArrayRecord)}
+        )
+        if "values" not in content:
+            raise checks.ReplyError("no 'values' ArrayRecord")
+        checks.sample_count(metrics, self.sizes[pid].train)
+        checks.check_arrays(content.array_records["values"], self.limits[0], "values")
+        mask = content.array_records.get("mask")
+        if mask is not None:
+            checks.check_arrays(mask, self.limits[1], "mask")
+        contribution = wire.decode(content.array_records["values"], mask, self.global_np, self.policy.weight(metrics))
+        checks.reply_step(contribution, self.global_np, self.scale)
+        records = {n: checks.decode_record(content.array_records[n], spec, n) for n, spec in specs.items() if n in content}
         return Reply(pid, contribution, metrics, records)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -120,9 +145,9 @@ class MaskedStrategy(Strategy):
                 self._fail(f"node {msg.metadata.src_node_id}: {msg.error.reason}")
                 continue
             try:
-                reply = self.decode(msg)
-            except (wire.WireError, KeyError, TypeError, ValueError) as err:
-                self._fail(f"node {msg.metadata.src_node_id}: bad reply dropped ({err})")
+                reply = self.decode(msg, server_round)
+            except Exception as err:  # anything wrong with one node's reply is that node's failure
+                self._fail(f"node {msg.metadata.src_node_id}: bad reply dropped ({describe(err)})")
                 continue
             self.stats.bytes_up += record_bytes(msg.content, skip=self.policy.eval_records)
             self.stats.bytes_up_eval += record_bytes(msg.content, only=self.policy.eval_records)
@@ -135,9 +160,20 @@ class MaskedStrategy(Strategy):
         if len(ok) < self.cfg.min_replies:
             log.warning("round %d: %d replies < min-replies %d; global model unchanged", server_round, len(ok), self.cfg.min_replies)
             return None, MetricRecord({"clients": len(ok)})
-        agg = masked_mean(self.global_np, [r.contribution for r in ok], self.policy.server_lr(server_round))
+        lr = self.policy.server_lr(server_round)
+        agg = masked_mean(self.global_np, [r.contribution for r in ok], lr)
+        fault = checks.aggregate_fault(agg.arrays)
+        if fault is not None:
+            self.stats.reasons.append(f"round {server_round}: aggregate rejected, global model unchanged ({fault})")
+            log.warning("%s", self.stats.reasons[-1])
+            self.extra_metrics = {"aggregate_rejected": 1}
+            return None, MetricRecord({"clients": len(ok)})
         self.stats.coverage = agg.coverage
-        self.extra_metrics = self.policy.after_round(server_round, ok)
+        try:
+            self.extra_metrics = self.policy.after_round(server_round, ok)
+        except Exception as err:  # the replies passed every check: keep the round, say what the method could not use
+            self.stats.reasons.append(f"round {server_round}: method bookkeeping failed ({describe(err)})")
+            log.warning("%s", self.stats.reasons[-1])
         return wire.to_record(agg.arrays), MetricRecord({"clients": len(ok)})
 
     def _fail(self, reason: str) -> None:
@@ -150,6 +186,7 @@ class MaskedStrategy(Strategy):
         if not (self.policy.personalized_eval or self.cfg.personalized_eval):
             return []
         messages = []
+        self.eval_nodes = dict(self.nodes)
         for pid in sorted(self.nodes):
             cfg = ConfigRecord(
                 {**dict(config), **self.policy.eval_config(server_round, pid), "server-round": server_round, "partition-id": pid}
@@ -158,18 +195,48 @@ class MaskedStrategy(Strategy):
             messages.append(self._message(content, pid, MessageType.EVALUATE, server_round))
         return messages
 
+    def check_eval(self, msg: Message) -> tuple[int, dict[str, float]]:
+        """An evaluate reply: only its metrics, its own partition, an accuracy in [0, 1] over 1..test-size samples."""
+        checks.record_types(msg.content, {"metrics": MetricRecord})
+        metrics = checks.metrics_of(msg.content)
+        pid = checks.partition_of(metrics, msg.metadata.src_node_id, self.eval_nodes)
+        acc = metrics.get("accuracy")
+        if acc is None or not 0.0 <= acc <= 1.0:
+            raise checks.ReplyError(f"accuracy = {acc!r}, expected a number in [0, 1]")
+        checks.sample_count(metrics, self.sizes[pid].test, "local test")
+        return pid, metrics
+
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        ok = [{k: float(v) for k, v in m.content["metrics"].items()} for m in replies if not m.has_error()]  # type: ignore[arg-type]
-        self.eval_client_metrics = {int(m.get("partition-id", -1)): m for m in ok}
-        accs = [m["accuracy"] for m in ok]
+        self.eval_client_metrics = {}
+        failed: list[str] = []
+        for msg in replies:
+            if msg.has_error():
+                failed.append(f"node {msg.metadata.src_node_id}: evaluation failed ({msg.error.reason})")
+                continue
+            try:
+                pid, metrics = self.check_eval(msg)
+            except Exception as err:  # one node's bad evaluation is that node's failure
+                failed.append(f"node {msg.metadata.src_node_id}: evaluation dropped ({describe(err)})")
+                continue
+            self.eval_client_metrics[pid] = metrics
+        for reason in failed:
+            log.warning("%s", reason)
+        self.stats.reasons += failed
+        accs = [m["accuracy"] for m in self.eval_client_metrics.values()]
+        self.eval_stats = {"eval_failures": len(failed)} if failed else {}
         if not accs:
-            self.eval_stats = {}
             return None
-        self.eval_stats = {
+        self.eval_stats.update({
             "personalized_accuracy": float(np.mean(accs)), "personalized_accuracy_min": min(accs),
             "personalized_accuracy_max": max(accs), "evaluated_clients": len(accs),
-        }  # fmt: skip
+        })  # fmt: skip
         return MetricRecord(dict(self.eval_stats))
 
     def summary(self) -> None:
         log.info("MaskedStrategy: method=%s clients=%d server-lr=%s", self.cfg.method, len(self.nodes), self.cfg.server_lr)
+
+
+def describe(err: BaseException) -> str:
+    """One line for failure_reasons: the exception's type and message."""
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"[:300]

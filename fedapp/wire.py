@@ -116,6 +116,18 @@ def encode(arrays: dict[str, np.ndarray], masks: dict[str, np.ndarray] | None = 
     return to_record(values), to_record(bits)
 
 
+def byte_limits(expected: dict[str, np.ndarray]) -> tuple[dict[str, int], dict[str, int]]:
+    """The most data bytes each ``values`` and each ``mask`` array of a reply may hold (checked before decoding)."""
+    values = {name: ref.nbytes for name, ref in expected.items()}
+    bits: dict[str, int] = {}
+    for name, ref in expected.items():
+        bits[name] = (ref.size + 7) // 8
+        if ref.ndim > 1:
+            bits[name + ROWS] = (ref.shape[0] + 7) // 8
+            bits[name + COLS] = (ref.size // max(ref.shape[0], 1) + 7) // 8
+    return values, bits
+
+
 def _unpack(bits: np.ndarray, count: int, what: str) -> np.ndarray:
     if bits.dtype != np.uint8 or bits.ndim != 1 or bits.size != (count + 7) // 8:
         raise WireError(f"{what}: expected {(count + 7) // 8} packed uint8 bytes, got {bits.dtype} {bits.shape}")

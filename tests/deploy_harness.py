@@ -92,6 +92,7 @@ class Federation:
     superlink: subprocess.Popen[bytes] | None = None
     nodes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     runs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    node_env: dict[int, dict[str, str]] = field(default_factory=dict)  # extra environment of node i's processes
 
     def __post_init__(self) -> None:
         self.home = self.tmp / "flwr-home"
@@ -103,11 +104,13 @@ class Federation:
         write_connection(CONNECTION, f"127.0.0.1:{self.port}", self.tls.ca_cert, self.home, default=True)
 
     # -- processes ----------------------------------------------------------------------
-    def _spawn(self, argv: list[str], log: Path, home: Path, ns: str | None) -> subprocess.Popen[bytes]:
+    def _spawn(self, argv: list[str], log: Path, home: Path, ns: str | None, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         if ns is not None:
             argv = ["ip", "netns", "exec", ns, *argv]
         with log.open("ab") as fh:
-            return subprocess.Popen(argv, cwd=ROOT, env=base_env(home), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+            return subprocess.Popen(
+                argv, cwd=ROOT, env={**base_env(home), **(env or {})}, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     def start_superlink(self) -> None:
         argv = [PY, "-m", "fedapp", "deploy", "superlink", "--tls", str(self.tls.ca_cert.parent), "--database", str(self.tmp / "state.db")]
@@ -141,7 +144,7 @@ class Federation:
         node_dir = self.tmp / f"node-{i}"
         node_dir.mkdir(exist_ok=True)
         ns = self.netns.node(i) if self.netns else None
-        self.nodes[i] = self._spawn(self.node_argv(i, self.keys[i][0]), node_dir / "log", node_dir / "flwr-home", ns)
+        self.nodes[i] = self._spawn(self.node_argv(i, self.keys[i][0]), node_dir / "log", node_dir / "flwr-home", ns, self.node_env.get(i))
 
     def start(self) -> Federation:
         self.start_superlink()

@@ -25,6 +25,7 @@ from fedapp.train import ExtraLoss, TrainSettings, TrainStats, local_train, prox
 
 Scalar = bool | int | float | str
 CPU = torch.device("cpu")
+RecordSpec = dict[str, tuple[tuple[int, ...], str]]  # array name -> (shape, dtype name) a reply record must have
 
 
 @dataclass
@@ -103,6 +104,16 @@ class ServerPolicy:
     def __init__(self, cfg: RunConfig, params: Any, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Scalar]]):
         self.cfg, self.params, self.initial, self.node_info = cfg, params, initial, node_info
 
+    @classmethod
+    def check_config(cls, cfg: RunConfig, params: Any) -> None:
+        """Raise ConfigError for keys this method cannot run with (called at server start,
+        before discovery); FedAvg has nothing beyond the per-key checks."""
+
+    def reply_records(self, server_round: int, pid: int) -> dict[str, RecordSpec]:
+        """The extra ArrayRecords a train reply from ``pid`` may carry this round, with each
+        array's shape and dtype; any other record makes the reply a failure before it is decoded."""
+        return {}
+
     def select(self, server_round: int, pids: list[int], rng: random.Random) -> list[int]:
         k = max(1, round(self.cfg.fraction_train * len(pids)))
         return sorted(rng.sample(pids, min(k, len(pids))))
@@ -144,6 +155,8 @@ class ServerPolicy:
 class ClientPolicy:
     """FedAvg's client half (FedProx when the run uses the proximal term): train the
     whole model for the configured local work, upload every float tensor dense."""
+
+    trains_local_epochs = True  # False: the method's own key sets its local passes (FedSelect: local-alt-epochs)
 
     def __init__(self, cfg: RunConfig, params: Any):
         self.cfg, self.params = cfg, params

@@ -27,7 +27,7 @@ from fedapp.data import dataset_for
 from fedapp.device import host_arrays, load_host_arrays
 from fedapp.layer_schedule import FULL, ORDERS, schedule, schedule_length
 from fedapp.masks import LayerGroup, layer_groups
-from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, Reply, ServerPolicy, train_metrics
+from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, RecordSpec, Reply, ServerPolicy, train_metrics
 from fedapp.methods.registry import Method
 from fedapp.models import build_model
 
@@ -91,6 +91,15 @@ class FedPartServer(ServerPolicy):
         self.plan = plan_of(cfg, params, len(self.groups))
         self.buffers = {n: initial[n] for n, _ in model.named_buffers()}
         self.eval_buffers: dict[str, np.ndarray] = {}
+
+    @classmethod
+    def check_config(cls, cfg: RunConfig, params: FedPartParams) -> None:
+        plan_of(cfg, params, len(model_structure(cfg)[2]))  # num-server-rounds must equal the schedule
+
+    def reply_records(self, server_round: int, pid: int) -> dict[str, RecordSpec]:
+        if not (self.params.bn_eval_stats == "mean" or pid == REFERENCE):
+            return {}
+        return {BN_RECORD: {n: (b.shape, b.dtype.name) for n, b in self.buffers.items()}}
 
     def entry(self, server_round: int) -> int:
         return self.plan[server_round - 1]

@@ -30,7 +30,7 @@ from torch import nn
 
 from fedapp.config import RunConfig, key, non_negative, one_of, positive, unit_interval
 from fedapp.masks import NeuronLayout, model_param_masks, neuron_layout
-from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, Reply, ServerPolicy, settings_of, train_metrics
+from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, RecordSpec, Reply, ServerPolicy, settings_of, train_metrics
 from fedapp.methods.pews_train import WarmupLoop, masks_to_records, records_to_masks
 from fedapp.methods.registry import Method
 from fedapp.train import bernoulli
@@ -111,6 +111,16 @@ class PeWSServer(ServerPolicy):
         if self.params.diversity_weight > 0:
             task.records[REF] = dict(zip(self.layer_names, self.layout.split(self.reference(pid)), strict=True))
         return task
+
+    def reply_records(self, server_round: int, pid: int) -> dict[str, RecordSpec]:
+        """Warmup replies: the uploaded neuron mask as packed bits per hidden layer, and (D2 = probs)
+        the keep probabilities per hidden neuron."""
+        if not self.is_warm(server_round):
+            return {}
+        out: dict[str, RecordSpec] = {MASK: {layer.name: (((layer.out_width + 7) // 8,), "uint8") for layer in self.layout.hidden}}
+        if self.params.diversity_ref == "probs":
+            out[PROBS] = {layer.name: ((layer.out_width,), "float32") for layer in self.layout.hidden}
+        return out
 
     @property
     def layer_names(self) -> list[str]:

@@ -17,7 +17,7 @@ import torch
 
 from fedapp.config import RunConfig
 from fedapp.masks import NeuronLayout, model_param_masks, neuron_layout
-from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, Reply, train_metrics
+from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, RecordSpec, Reply, train_metrics
 from fedapp.methods.fedpews import PeWSParams, PeWSServer, mask_stats
 from fedapp.methods.pews_train import input_masks, masks_to_records, records_to_masks
 from fedapp.methods.registry import Method
@@ -45,6 +45,9 @@ class FixedServer(PeWSServer):
         if not self.is_warm(server_round):
             return NodeTask(config={"phase": "full"})
         return NodeTask(config={"phase": "warmup"}, records={BLOCK: masks_to_records(self.blocks[pid], self.layout)})
+
+    def reply_records(self, server_round: int, pid: int) -> dict[str, RecordSpec]:
+        return {}  # the server assigned the blocks: replies carry no mask
 
     def after_round(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         if not self.is_warm(server_round):

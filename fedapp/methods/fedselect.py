@@ -119,6 +119,8 @@ def local_alt(job: ClientJob, m_cur: Masks, epochs: int) -> TrainStats:
 
 
 class FedSelectClient(PersonalClient):
+    trains_local_epochs = False  # local-alt-epochs passes of one epoch each (or local-steps)
+
     def local_update(self, job: ClientJob, m_cur: Masks) -> TrainStats:
         return local_alt(job, m_cur, self.params.local_alt_epochs)
 
