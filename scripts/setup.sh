@@ -2,6 +2,7 @@
 # Create .venv (Python 3.11+) and install fedapp with its pinned dependencies. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/system-packages.sh
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
