@@ -83,7 +83,7 @@ def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
 
 def handle_train(msg: Message, context: Context) -> Message:
     job, policy = make_job(msg, context)
-    meter = client_meter(job.cfg)
+    meter = client_meter(job.cfg, context.node_config)
     with phase(meter) as window:
         result = policy.train(job)
     state = {k: v.detach().cpu().numpy() for k, v in job.model.state_dict().items()}
@@ -98,7 +98,7 @@ def handle_train(msg: Message, context: Context) -> Message:
 
 def handle_evaluate(msg: Message, context: Context) -> Message:
     job, policy = make_job(msg, context)
-    meter = client_meter(job.cfg)
+    meter = client_meter(job.cfg, context.node_config)
     with phase(meter) as window:
         metrics = policy.evaluate(job)
     metrics = {**metrics, "partition-id": job.pid, **phase_metrics("eval", window, meter, job.pid, context.state)}
@@ -114,7 +114,7 @@ def handle_query(msg: Message, context: Context) -> Message:
         if k in nc:
             info[k] = nc[k]  # type: ignore[assignment]
     try:
-        info["energy-meter"] = process_sampler(MeterSettings.of(resolve(context.run_config)[0]))[1]
+        info["energy-meter"] = process_sampler(MeterSettings.of(resolve(context.run_config)[0], nc))[1]
     except ConfigError as err:
         info["energy-error"] = str(err)
     return Message(RecordDict({"info": ConfigRecord(info)}), reply_to=msg)  # type: ignore[arg-type]

@@ -5,18 +5,22 @@ otherwise every one of NVML and RAPL that answers (summed: GPU + CPU package/DRA
 and says what it picked; finding nothing is fine (time only). A meter named
 explicitly must exist: otherwise a ConfigError names the key, the value and what
 was looked for. ``external`` measures nothing live: the wall-plug CSV is joined
-after the run (``fedapp energy join``).
+after the run (``fedapp energy join``). Which meter comes from the run-config; the
+commands and paths it opens come from the node only (fedapp/energy/node_settings.py).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from fedapp.config import ConfigError, RunConfig
 from fedapp.energy.base import MeterUnavailable, Sensor, split_rails
 from fedapp.energy.jetson import JetsonRails
+from fedapp.energy.node_settings import node_setting
 from fedapp.energy.nvml import Nvml
 from fedapp.energy.rapl import Rapl
 from fedapp.energy.sampler import Sampler
@@ -34,8 +38,10 @@ class MeterSettings:
     tegrastats: str = "tegrastats"
 
     @classmethod
-    def of(cls, cfg: RunConfig) -> MeterSettings:
-        return cls(cfg.energy_meter, cfg.energy_interval, cfg.energy_rails, cfg.energy_sysfs_root, cfg.energy_tegrastats)
+    def of(cls, cfg: RunConfig, node_config: Mapping[str, Any]) -> MeterSettings:
+        """Meter, interval and rails from the run; the sysfs root and tegrastats command from the node."""
+        sysfs, tegrastats = node_setting("energy-sysfs-root", node_config), node_setting("energy-tegrastats", node_config)
+        return cls(cfg.energy_meter, cfg.energy_interval, cfg.energy_rails, sysfs, tegrastats)
 
 
 def open_backend(name: str, s: MeterSettings) -> Sensor:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import socket
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
+from typing import Any
 
 from flwr.app import ConfigRecord, RecordDict
 
@@ -23,8 +25,8 @@ from fedapp.energy.sampler import Mark, Sampler, Window, timed
 STATE_KEY = "energy-meter"  # Context.state entry holding the node's last meter Mark
 
 
-def client_meter(cfg: RunConfig) -> Sampler | None:
-    return process_sampler(MeterSettings.of(cfg))[0]
+def client_meter(cfg: RunConfig, node_config: Mapping[str, Any]) -> Sampler | None:
+    return process_sampler(MeterSettings.of(cfg, node_config))[0]
 
 
 def phase(sampler: Sampler | None) -> AbstractContextManager[Window]:
