@@ -81,6 +81,8 @@ def _with_proxy(argvs: list[list[str]], args: argparse.Namespace, upstream: str)
             work.rmdir()
         return _run([*argvs, argv], args, conf)
     write_conf(work, conf)
+    print(f"fedapp deploy: devices dial {args.host}:{args.port} (nginx: the Fleet API only, conf in {work}); ", end="", file=sys.stderr)
+    print(f"the SuperLink itself is on {upstream} (the operator's Control API)", file=sys.stderr, flush=True)
     try:
         return _run([*argvs, argv], args)
     finally:

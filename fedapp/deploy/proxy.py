@@ -82,7 +82,7 @@ def nginx_conf(*, host: str, port: int, upstream: str, tls_dir: str | Path, work
 {worker_user()}daemon off;
 worker_processes 1;
 pid {work}/nginx.pid;
-error_log stderr notice;
+error_log stderr warn;
 events {{ worker_connections 1024; }}
 http {{
     client_body_temp_path {work}/client_body;
@@ -91,9 +91,7 @@ http {{
     uwsgi_temp_path {work}/uwsgi;
     scgi_temp_path {work}/scgi;
     server_tokens off;
-    log_format refused '$time_iso8601 fedapp-proxy refused $remote_addr "$request" $status';
-    map $status $refused {{ ~^[45] 1; default 0; }}
-    access_log /dev/stderr refused if=$refused;
+    access_log off;  # refusals reach error_log (stderr, inherited): "access forbidden by rule, client: ..."
     upstream superlink {{ server {_listen(up_host, up_port)}; keepalive 16; }}
     server {{
         listen {_listen(host, port)} ssl;
@@ -118,7 +116,9 @@ http {{
             proxy_pass https://superlink$uri;
         }}
         location = /health {{ proxy_pass https://superlink/health; }}
-        location / {{ return 403 "{REFUSED.strip()}\\n"; }}
+        location / {{ deny all; }}
+        error_page 403 @refused;
+        location @refused {{ return 403 "{REFUSED.strip()}\\n"; }}
     }}
 }}
 """
