@@ -74,8 +74,13 @@ def _with_proxy(argvs: list[list[str]], args: argparse.Namespace, upstream: str)
     from fedapp.deploy.proxy import nginx_conf, proxy_argv, write_conf
 
     work = Path(args.proxy_dir) if args.proxy_dir else Path(tempfile.mkdtemp(prefix="fedapp-proxy-"))
-    conf = nginx_conf(host=args.host, port=args.port, upstream=upstream, tls_dir=args.tls, workdir=work)
-    argv = proxy_argv(work)
+    try:
+        conf = nginx_conf(host=args.host, port=args.port, upstream=upstream, tls_dir=args.tls, workdir=work)
+        argv = proxy_argv(work)
+    except BaseException:
+        if not args.proxy_dir:
+            work.rmdir()
+        raise
     if args.dry_run:
         if not args.proxy_dir:
             work.rmdir()
