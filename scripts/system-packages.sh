@@ -8,10 +8,12 @@ if command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; then
 fi
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q --no-install-recommends nginx-light >/dev/null 2>&1 \
-    || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends nginx-light >/dev/null; } \
-    || echo "setup: apt-get could not install nginx-light; the deployment tests will fail until nginx is installed" >&2
+  apt-get install -y -q --no-install-recommends nginx >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends nginx >/dev/null; } \
+    || echo "setup: apt-get could not install nginx; the deployment tests will fail until nginx is installed" >&2
+  # the package may start its own web server on port 80; fedapp runs nginx with its own configuration
+  if command -v systemctl >/dev/null 2>&1; then systemctl disable --now nginx >/dev/null 2>&1 || true; fi
 else
   echo "setup: nginx is not installed and cannot be installed here; the deployment tests will fail until it is" \
-    "(Debian/Ubuntu: sudo apt-get install nginx-light)" >&2
+    "(Debian/Ubuntu: sudo apt-get install nginx)" >&2
 fi

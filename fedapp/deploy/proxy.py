@@ -34,7 +34,7 @@ def find_nginx() -> str:
             return candidate
     raise DeployError(
         "nginx is not installed, and the SuperLink's Control API must not face the network without it: "
-        "`apt-get install nginx-light` (Debian/Ubuntu; scripts/setup.sh does it as root)"
+        "`apt-get install nginx` (Debian/Ubuntu; scripts/setup.sh does it as root)"
     )
 
 
