@@ -166,7 +166,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
     p = dsub.add_parser("connection", help="add a SuperLink connection to $FLWR_HOME/config.toml for `flwr run . NAME`")
     p.add_argument("--name", required=True)
-    p.add_argument("--address", required=True, help="HOST:PORT of the SuperLink")
+    p.add_argument("--address", required=True, help="HOST:PORT of the SuperLink itself: 127.0.0.1:9093 on its host or through `ssh -L`")
     p.add_argument("--ca", help="CA certificate (ca.crt) that signed the SuperLink's certificate")
     p.add_argument("--insecure", action="store_true", help="plain HTTP (only for a SuperLink started with --insecure)")
     p.add_argument("--flwr-home", help="default: $FLWR_HOME or ~/.flwr")
@@ -203,7 +203,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.set_defaults(fn=cmd_proxy)
 
     p = dsub.add_parser("supernode", help="run flower-supernode with this project's node config")
-    p.add_argument("--superlink", required=True, help="HOST:PORT of the SuperLink")
+    p.add_argument("--superlink", required=True, help="HOST:PORT the devices dial (the proxy: `fedapp deploy superlink --host/--port`)")
     p.add_argument("--ca", help="CA certificate (ca.crt)")
     p.add_argument("--key", help="this node's private key (from `fedapp deploy keys`, registered)")
     p.add_argument("--partition-id", type=int, required=True)
