@@ -23,12 +23,12 @@ trap 'kill "${PIDS[@]}" 2>/dev/null; wait' EXIT
 sleep 8
 for i in 0 1; do
   "$BIN/flower-supernode" --insecure --superlink "127.0.0.1:$P" --port $((P + 1 + i)) \
-    --node-config "partition-id=$i num-partitions=2" > "$D/supernode$i.log" 2>&1 &
+    --node-config "partition-id=$i num-partitions=2 energy-sysfs-root='$D/sys'" > "$D/supernode$i.log" 2>&1 &
   PIDS+=($!)
 done
 sleep 8
 cd "$W" && timeout 900 "$BIN/flwr" run . deploy --stream --run-config "num-server-rounds=3 num-clients=2 \
-partition='0,2,4,6,8|1,3,5,7,9' run-dir='$D/run' energy-meter='jetson' energy-sysfs-root='$D/sys'" > "$D/flwr-run.log" 2>&1
+partition='0,2,4,6,8|1,3,5,7,9' run-dir='$D/run' energy-meter='jetson'" > "$D/flwr-run.log" 2>&1
 echo "flwr run exit $? (log: $D/flwr-run.log)"
 "$PY" - "$D/run/metrics.jsonl" <<'PYEOF'
 import json, sys

@@ -92,7 +92,7 @@ def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
 
 def handle_train(msg: Message, context: Context) -> Message:
     job, policy = make_job(msg, context)
-    meter = client_meter(job.cfg, job.device)
+    meter = client_meter(job.cfg, context.node_config, job.device)
     with phase(meter) as window:
         result = policy.train(job)
     state = host_arrays(job.model.state_dict())
@@ -107,7 +107,7 @@ def handle_train(msg: Message, context: Context) -> Message:
 
 def handle_evaluate(msg: Message, context: Context) -> Message:
     job, policy = make_job(msg, context)
-    meter = client_meter(job.cfg, job.device)
+    meter = client_meter(job.cfg, context.node_config, job.device)
     with phase(meter) as window:
         metrics = policy.evaluate(job)
     metrics = {**metrics, "partition-id": job.pid, **phase_metrics("eval", window, meter, job.pid, context.state)}
@@ -130,7 +130,7 @@ def handle_query(msg: Message, context: Context) -> Message:
         return Message(RecordDict({"info": ConfigRecord(info)}), reply_to=msg)  # type: ignore[arg-type]
     info["device"] = describe(device)
     try:
-        info["energy-meter"] = process_sampler(MeterSettings.of(cfg, device))[1]
+        info["energy-meter"] = process_sampler(MeterSettings.of(cfg, nc, device))[1]
     except ConfigError as err:
         info["energy-error"] = str(err)
     return Message(RecordDict({"info": ConfigRecord(info)}), reply_to=msg)  # type: ignore[arg-type]

@@ -184,8 +184,6 @@ class RunConfig:
     energy_meter: str = key("auto", energy_meter_check, "power/energy meter each client samples (docs/energy.md)")
     energy_interval: float = key(0.1, positive, "seconds between background meter readings")
     energy_rails: str = key("", doc="Jetson rails / RAPL domains / NVML GPU indices to sum, comma-separated; empty: the meter's default")
-    energy_sysfs_root: str = key("/sys", doc="sysfs root the jetson and rapl meters read (e.g. a host /sys mounted into a container)")
-    energy_tegrastats: str = key("tegrastats", doc="tegrastats command (--interval is appended) or a tegrastats --logfile to follow")
 
     @property
     def hidden_widths(self) -> tuple[int, ...]:

@@ -3,6 +3,7 @@
 # requirements-lock.txt (pyproject.toml declares the supported ranges). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/system-packages.sh
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv

@@ -1,5 +1,7 @@
 """A real deployment for tests: SuperLink + SuperNodes as separate processes, started with
-`fedapp deploy ...` (the documented path) under TLS and SuperNode authentication.
+`fedapp deploy ...` (the documented path) under TLS and SuperNode authentication, in the
+secure shape: flower-superlink on loopback (``control_port``, where the operator's CLI
+connects, as through an SSH tunnel) and the nginx proxy on ``port``, where SuperNodes dial.
 
 Everything lives in one temp folder (own FLWR_HOME per process, state database, TLS
 material, keys) on free ports. Every process is started in its own session and stopped
@@ -23,6 +25,7 @@ from typing import Any
 from fedapp.deploy.certs import make_certs
 from fedapp.deploy.connection import write_connection
 from fedapp.deploy.keys import make_node_keys
+from fedapp.deploy.proxy import find_nginx
 from tests.flwr_harness import ROOT, free_port, toml_value
 from tests.netns import Netns
 
@@ -88,20 +91,23 @@ class Federation:
     tmp: Path
     num_nodes: int
     netns: Netns | None = None
-    port: int = 0
+    port: int = 0  # the proxy: what devices (and anyone else on the network) reach
+    control_port: int = 0  # flower-superlink itself, on loopback: the operator's Control API
     superlink: subprocess.Popen[bytes] | None = None
     nodes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     runs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     node_env: dict[int, dict[str, str]] = field(default_factory=dict)  # extra environment of node i's processes
 
     def __post_init__(self) -> None:
+        find_nginx()  # the secure shape needs it: fail here, naming the package, rather than time out
         self.home = self.tmp / "flwr-home"
         self.port = self.port or free_port()
+        self.control_port = self.control_port or free_port()
         addresses = ["127.0.0.1", "localhost"] + ([self.netns.link_address(i) for i in range(self.num_nodes)] if self.netns else [])
         self.tls = make_certs(addresses, self.tmp / "tls")
         self.keys = make_node_keys(self.num_nodes, self.tmp / "keys")
         self.rogue_key = make_node_keys(1, self.tmp / "keys", prefix="unregistered")[0]
-        write_connection(CONNECTION, f"127.0.0.1:{self.port}", self.tls.ca_cert, self.home, default=True)
+        write_connection(CONNECTION, f"127.0.0.1:{self.control_port}", self.tls.ca_cert, self.home, default=True)
 
     # -- processes ----------------------------------------------------------------------
     def _spawn(self, argv: list[str], log: Path, home: Path, ns: str | None, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -114,7 +120,8 @@ class Federation:
 
     def start_superlink(self) -> None:
         argv = [PY, "-m", "fedapp", "deploy", "superlink", "--tls", str(self.tls.ca_cert.parent), "--database", str(self.tmp / "state.db")]
-        argv += ["--host", "0.0.0.0" if self.netns else "127.0.0.1", "--port", str(self.port), "--no-restart"]
+        argv += ["--host", "0.0.0.0" if self.netns else "127.0.0.1", "--port", str(self.port), "--control-port", str(self.control_port)]
+        argv += ["--proxy-dir", str(self.tmp / "proxy"), "--no-restart"]
         self.superlink = self._spawn(argv, self.tmp / "superlink.log", self.home, self.netns.link if self.netns else None)
         self.wait_for(lambda: "Application startup complete" in self.log("superlink"), 90, "SuperLink start")
 
@@ -174,15 +181,17 @@ class Federation:
         path = self.tmp / (f"{name}.log" if name == "superlink" else f"{name}/log")
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def online(self) -> int:
-        """SuperNodes the SuperLink reports online (`flwr supernode ls --format json`)."""
+    def registered(self) -> list[dict[str, Any]]:
+        """Every SuperNode the SuperLink knows (`flwr supernode ls --format json` by the operator)."""
         proc = self.cli([FLWR, "supernode", "ls", CONNECTION, "--format", "json"])
         out, _ = proc.communicate(timeout=120)
         try:
-            nodes = json.loads(out[out.index("{") :])["nodes"]
+            return list(json.loads(out[out.index("{") :])["nodes"])
         except (ValueError, KeyError):
-            return 0
-        return sum(1 for n in nodes if n.get("status") == "online")
+            return []
+
+    def online(self) -> int:
+        return sum(1 for n in self.registered() if n.get("status") == "online")
 
     def flower_pid(self, i: int) -> int:
         """The flower-supernode process under node ``i``'s supervisor."""

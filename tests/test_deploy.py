@@ -4,17 +4,21 @@ database) and three SuperNodes, each a separate process started by `fedapp deplo
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
 from fedapp import checkpoint, wire
+from fedapp.deploy.commands import register_argv
+from fedapp.deploy.connection import write_connection
 from fedapp.methods.registry import MODULES
-from tests.deploy_harness import CONNECTION, PY, Federation, base_env, io_bytes, rows
+from tests.deploy_harness import CONNECTION, FLWR, PY, Federation, base_env, io_bytes, rows
 from tests.flwr_harness import ROOT
 
 pytestmark = pytest.mark.flwr
@@ -77,16 +81,49 @@ def test_fedavg_three_rounds_over_tls_with_registered_nodes(fed: Federation) -> 
     print(f"\nfedavg: per-client upload {per_client} B, SuperNode socket+log writes {sent}, round seconds {[r['seconds'] for r in out]}")
 
 
-def test_unregistered_node_is_refused_and_registering_again_is_harmless(fed: Federation) -> None:
+def listeners(port: int) -> set[str]:
+    """Local addresses (hex, as /proc/net/tcp{,6} write them) listening on ``port``."""
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                out.add(local.rsplit(":", 1)[0])
+    return out
+
+
+def test_a_party_holding_only_ca_crt_cannot_register_join_list_or_run(fed: Federation) -> None:
+    """The rogue has the public ca.crt, a key of its own and the address devices dial (the
+    proxy); the operator uses the SuperLink's loopback port (what an SSH tunnel reaches)."""
+    assert listeners(fed.control_port) == {"0100007F"}  # flower-superlink: 127.0.0.1 only
+    rogue_home = fed.tmp / "rogue-home"
+    write_connection("rogue", f"127.0.0.1:{fed.port}", fed.tls.ca_cert, rogue_home, default=True)
+    (fed.tmp / "node-rogue").mkdir()
+    rogue = {
+        "register": register_argv(fed.rogue_key[1], "rogue"),
+        "ls": [FLWR, "ls", "rogue"],
+        "run": [FLWR, "run", ".", "rogue", "--run-config", f"num-server-rounds=1 run-dir='{fed.tmp / 'rogue-run'}'"],
+        "node": fed.node_argv(0, fed.rogue_key[0], restart=False),
+    }
+    env = base_env(rogue_home)
+    pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+    procs = {k: subprocess.Popen(a, cwd=ROOT, env=env, **pipe) for k, a in rogue.items()}  # type: ignore[call-overload]
     again = fed.cli([PY, "-m", "fedapp", "deploy", "register", "--connection", CONNECTION, str(fed.keys[0][1])])
-    out, _ = again.communicate(timeout=180)
-    assert again.returncode == 0 and "already registered" in out, out
-    node_dir = fed.tmp / "node-rogue"
-    node_dir.mkdir()
-    argv = fed.node_argv(0, fed.rogue_key[0], restart=False)
-    proc = subprocess.run(argv, cwd=ROOT, env=base_env(node_dir), capture_output=True, text=True, timeout=180)
-    assert proc.returncode != 0
-    assert "Failed to activate SuperNode" in proc.stdout + proc.stderr
+    out = {k: p.communicate(timeout=180)[0] for k, p in procs.items()}
+    assert all(p.returncode != 0 for p in procs.values()), {k: p.returncode for k, p in procs.items()}
+    for k in ("register", "ls", "run"):  # the proxy refused each Control API call
+        assert "403 Forbidden" in out[k], (k, out[k][-2000:])
+    assert "Failed to activate SuperNode" in out["node"], out["node"][-2000:]  # its key was never registered
+    proto = {"content-type": "application/protobuf"}
+    with httpx.Client(verify=ssl.create_default_context(cafile=fed.tls.ca_cert), headers=proto) as client:
+        for path in ("/v1/runtime/acquire-task", "/v1/runtime/get-nodes", "/docs", "/openapi.json"):  # the ServerApp's API, the docs
+            assert client.post(f"https://127.0.0.1:{fed.port}{path}").status_code == 403, path
+        assert client.post(f"https://127.0.0.1:{fed.port}/v1/fleet/get-run").status_code == 401  # Flower's node authentication
+    # the operator still can: registering again is harmless, and the SuperLink knows exactly the fleet's nodes and no run
+    out_again, _ = again.communicate(timeout=180)
+    assert again.returncode == 0 and "already registered" in out_again, out_again
+    assert len(fed.registered()) == fed.num_nodes
+    assert not (fed.tmp / "rogue-run").exists()
 
 
 @pytest.mark.slow

@@ -3,12 +3,15 @@ ssh-keygen reads the keys, Flower's own parsers accept the command lines and con
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -70,7 +73,7 @@ def test_command_lines_are_secure_by_default_and_parse_with_flowers_own_parsers(
     args = _parse_args_run_superlink().parse_args(link[1:])
     assert (args.ssl_certfile, args.ssl_keyfile, args.ssl_ca_certfile) == (str(tls.server_cert), str(tls.server_key), str(tls.ca_cert))
     assert args.enable_supernode_auth and not args.insecure and args.runtime_dependency_install is False
-    assert (args.database, args.port) == (str(tmp_path / "state.db"), 9443)
+    assert (args.database, args.port, args.host) == (str(tmp_path / "state.db"), 9443, "127.0.0.1")
     node_cfg = {
         "partition-id": 2,
         "num-partitions": 3,
@@ -137,3 +140,110 @@ def test_supervisor_restarts_an_exiting_process_and_stops_on_sigterm(tmp_path: P
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) in (0, 3, -15)
+
+
+def test_private_keys_exist_only_with_mode_0600_from_creation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under umask 0 every private key is created by os.open with mode 0600 (O_CREAT|O_EXCL, a
+    fresh name) and renamed into place already 0600; nothing is chmod'ed after writing."""
+    opened: list[tuple[str, int, int]] = []
+    renamed: dict[str, int] = {}
+    chmodded: list[str] = []
+    real_open, real_replace, real_chmod = os.open, os.replace, os.chmod
+
+    def spy_open(path: Any, flags: int, mode: int = 0o777, **kw: Any) -> int:
+        opened.append((os.path.basename(path), flags, mode))
+        return real_open(path, flags, mode, **kw)
+
+    def spy_replace(src: Any, dst: Any, **kw: Any) -> None:
+        renamed[os.path.basename(dst)] = stat.S_IMODE(os.stat(src).st_mode)
+        real_replace(src, dst, **kw)
+
+    def spy_chmod(path: Any, mode: int, **kw: Any) -> None:
+        chmodded.append(os.path.basename(path))
+        real_chmod(path, mode, **kw)
+
+    monkeypatch.setattr(os, "open", spy_open)
+    monkeypatch.setattr(os, "replace", spy_replace)
+    monkeypatch.setattr(os, "chmod", spy_chmod)
+    old = os.umask(0)
+    try:
+        make_certs(["10.0.0.5"], tmp_path / "tls")
+        make_node_keys(1, tmp_path / "keys")
+    finally:
+        os.umask(old)
+    private = {"ca.key", "server.key", "supernode-0"}
+    assert not chmodded
+    for name in private:
+        created = [(flags, mode) for base, flags, mode in opened if base.startswith(f".{name}.")]
+        assert created, f"{name} was not created through os.open"
+        assert all(mode == 0o600 and flags & os.O_CREAT and flags & os.O_EXCL for flags, mode in created), (name, created)
+        assert renamed[name] == 0o600
+    assert {k: v for k, v in renamed.items() if k not in private} == {"ca.crt": 0o644, "server.pem": 0o644, "supernode-0.pub": 0o644}
+    for path in [*(tmp_path / "tls").iterdir(), *(tmp_path / "keys").iterdir()]:
+        assert stat.S_IMODE(path.stat().st_mode) == (0o600 if path.name in private else 0o644), path
+
+
+def test_loose_existing_keys_are_refused_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tls = make_certs(["127.0.0.1"], tmp_path / "tls")
+    (priv, _pub), *_ = make_node_keys(1, tmp_path / "keys")
+    tls.ca_key.chmod(0o644)
+    with pytest.raises(DeployError, match=r"CA key .*ca\.key has mode 0644"):
+        make_certs(["127.0.0.2"], tmp_path / "tls")
+    priv.chmod(0o640)
+    with pytest.raises(DeployError, match=r"SuperNode private key .*supernode-0 has mode 0640"):
+        make_node_keys(1, tmp_path / "keys")
+    with pytest.raises(DeployError, match="supernode-0 has mode 0640"):
+        supernode_argv(superlink="h:1", node_config={"partition-id": 0, "num-partitions": 1, "state-dir": "s"}, ca=tls.ca_cert, key=priv)
+    tls.server_key.chmod(0o604)
+    with pytest.raises(DeployError, match=r"server key .*server\.key has mode 0604"):
+        superlink_argv(database="s.db", tls_dir=tls.ca_cert.parent)
+    node = ["deploy", "supernode", "--superlink", "h:1", "--partition-id", "0", "--num-partitions", "1", "--state-dir", "s"]
+    assert main([*node, "--ca", str(tls.ca_cert), "--key", str(priv), "--dry-run"]) == 2
+    assert "chmod 600" in capsys.readouterr().err
+
+
+def test_supernode_insecure_with_a_key_or_ca_is_refused_not_dropped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tls = make_certs(["127.0.0.1"], tmp_path / "tls")
+    (priv, _pub), *_ = make_node_keys(1, tmp_path / "keys")
+    node = ["deploy", "supernode", "--superlink", "h:1", "--partition-id", "0", "--num-partitions", "1", "--state-dir", "s", "--dry-run"]
+    assert main([*node, "--insecure", "--key", str(priv)]) == 2
+    assert main([*node, "--insecure", "--ca", str(tls.ca_cert)]) == 2
+    assert capsys.readouterr().err.count("drop --ca and --key, or drop --insecure") == 2
+    assert main([*node, "--insecure"]) == 0
+    assert shlex.split(capsys.readouterr().out)[-1] == "--insecure"
+
+
+def test_default_shape_binds_the_superlink_to_loopback_behind_a_valid_proxy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tls = make_certs(["10.0.0.5"], tmp_path / "tls")
+    assert main(["deploy", "superlink", "--tls", str(tls.ca_cert.parent), "--dry-run", "--proxy-dir", str(tmp_path / "px")]) == 0
+    link, nginx, *conf = capsys.readouterr().out.splitlines()
+    args = _parse_args_run_superlink().parse_args(shlex.split(link)[1:])
+    assert (args.host, args.port, args.enable_supernode_auth) == ("127.0.0.1", 9093, True)
+    text = "\n".join(conf)
+    assert "listen 127.0.0.1:8000 ssl;" in text and "0.0.0.0" not in text
+    assert "upstream superlink { server 127.0.0.1:9093;" in text
+    assert main(["deploy", "superlink", "--insecure", "--no-auth", "--dry-run"]) == 0
+    assert _parse_args_run_superlink().parse_args(shlex.split(capsys.readouterr().out)[1:]).host == "127.0.0.1"
+    # nginx itself accepts the configuration it will run
+    from fedapp.deploy.proxy import write_conf
+
+    write_conf(tmp_path / "px", text + "\n")
+    check = subprocess.run([*shlex.split(nginx), "-t"], capture_output=True, text=True)
+    assert check.returncode == 0 and "syntax is ok" in check.stderr, check.stderr
+
+
+def test_supervised_group_stops_its_partner_when_one_exits(tmp_path: Path) -> None:
+    """The SuperLink and its proxy run as one group: one exiting takes the other down (and, with
+    a restart delay, both come back), so the proxy never fronts a dead SuperLink for long."""
+    from fedapp.deploy.supervise import supervise_group
+
+    pid_file = tmp_path / "sleeper.pid"
+    tmp = f"{pid_file}.tmp"
+    write_pid = f"open({tmp!r}, 'w').write(str(os.getpid())); os.rename({tmp!r}, {str(pid_file)!r})"
+    sleeper = [sys.executable, "-c", f"import os, time; {write_pid}; time.sleep(600)"]
+    wait = f"import os, time\nwhile not os.path.exists({str(pid_file)!r}):\n    time.sleep(0.05)\nraise SystemExit(5)"
+    quitter = [sys.executable, "-c", wait]  # exits once the sleeper is up
+    assert supervise_group([sleeper, quitter], -1.0) == 5
+    sleeper_pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(sleeper_pid, 0)  # terminated and reaped by the supervisor

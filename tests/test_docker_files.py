@@ -40,7 +40,7 @@ def compose() -> dict:  # type: ignore[type-arg]
 
 def test_compose_commands_parse_and_find_their_files_in_mounts() -> None:
     services = compose()["services"]
-    assert {"superlink", "register", "supernode-0", "supernode-1", "supernode-2"} <= set(services)
+    assert {"superlink", "proxy", "register", "supernode-0", "supernode-1", "supernode-2"} <= set(services)
     stages = entrypoints(DOCKER / "Dockerfile")
     for name, svc in services.items():
         if "entrypoint" in svc:
@@ -55,12 +55,26 @@ def test_compose_commands_parse_and_find_their_files_in_mounts() -> None:
                 assert any(path == m or path.startswith(m.rstrip("/") + "/") for m in mounts), (name, flag, path, mounts)
         if svc["build"]["target"] == "supernode":
             assert args.ca and args.key and not args.insecure  # TLS + node authentication
-            assert args.superlink == "superlink:8000" and args.num_partitions == 3
+            assert args.superlink == "proxy:8000" and args.num_partitions == 3
+        elif svc["build"]["target"] == "proxy":
+            assert (args.upstream, args.port) == (f"superlink:{services['superlink']['ports'][0].split(':')[-1]}", 8000)
         else:
-            assert args.tls == "/tls" and not args.insecure and not args.no_auth
+            assert args.tls == "/tls" and not args.insecure and not args.no_auth and args.no_proxy
     node_ids = sorted(int(s["command"][s["command"].index("--partition-id") + 1]) for n, s in services.items() if n.startswith("supernode"))
     assert node_ids == [0, 1, 2]
     assert "ca.key" not in json.dumps(services)  # the CA's private key stays with the operator
+
+
+def test_compose_keeps_the_supernodes_away_from_the_superlinks_own_port() -> None:
+    """The SuperLink's port serves the Control API: only the control network and this host's
+    loopback reach it; SuperNodes share a network with the proxy alone."""
+    services = compose()["services"]
+    nodes = [s for n, s in services.items() if n.startswith("supernode")]
+    assert all(s["networks"] == ["fleet"] for s in nodes)
+    assert services["superlink"]["networks"] == ["control"] and services["register"]["networks"] == ["control"]
+    assert sorted(services["proxy"]["networks"]) == ["control", "fleet"]
+    assert services["superlink"]["ports"] == ["127.0.0.1:9093:9093"]
+    assert services["proxy"]["ports"] == ["${FEDAPP_FLEET_ADDRESS:-127.0.0.1}:8000:8000"]  # loopback unless the operator says
 
 
 def test_dockerfiles_copy_existing_files_and_run_as_non_root() -> None:
@@ -71,7 +85,7 @@ def test_dockerfiles_copy_existing_files_and_run_as_non_root() -> None:
                 for src in line.split()[1:-1]:
                     assert (ROOT / src).exists(), (dockerfile.name, src)
         assert "USER fedapp" in text and "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1" in text
-    assert set(entrypoints(DOCKER / "Dockerfile")) == {"superlink", "supernode"}
+    assert set(entrypoints(DOCKER / "Dockerfile")) == {"superlink", "proxy", "supernode"}
     assert entrypoints(DOCKER / "jetson.Dockerfile")[""] == ["fedapp", "deploy", "supernode", "--no-restart"]
 
 

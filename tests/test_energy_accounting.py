@@ -29,6 +29,11 @@ def _stop_samplers() -> Iterator[None]:
     close_samplers()
 
 
+def nodes(sysfs_root: Path) -> list[dict[str, Any]]:
+    """Each node's own config: where its meters read sysfs (a run-config cannot say)."""
+    return [{"energy-sysfs-root": str(sysfs_root)} for _ in range(3)]  # BASE has 3 clients
+
+
 def rows_of(run: Path, name: str = "metrics.jsonl") -> list[dict[str, Any]]:
     return [json.loads(x) for x in (run / name).read_text().splitlines() if x.strip()]
 
@@ -67,7 +72,7 @@ def test_run_without_meter_records_time_only(tmp_path: Path) -> None:
 
 def test_run_with_jetson_rails_meters_each_window(tmp_path: Path) -> None:
     orin_hwmon(tmp_path / "sys", vdd_in=(5000, 2000))  # the board draws a constant 10 W
-    run = run_local({**BASE, "energy-meter": "jetson", "energy-sysfs-root": str(tmp_path / "sys"), "run-dir": str(tmp_path / "run")})
+    run = run_local({**BASE, "energy-meter": "jetson", "run-dir": str(tmp_path / "run")}, nodes(tmp_path / "sys"))
     rows = rows_of(run)
     assert "jetson rails VDD_IN" in json.loads((run / "meters.json").read_text())["2"]
     for r in rows:
@@ -85,7 +90,7 @@ def test_run_with_jetson_rails_meters_each_window(tmp_path: Path) -> None:
 
 def test_explicit_meter_missing_stops_the_run_naming_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"'energy-meter' = 'rapl'.*powercap"):
-        run_local({**BASE, "energy-meter": "rapl", "energy-sysfs-root": str(tmp_path), "run-dir": str(tmp_path / "run")})
+        run_local({**BASE, "energy-meter": "rapl", "run-dir": str(tmp_path / "run")}, nodes(tmp_path))
     with pytest.raises(ConfigError, match="'energy-meter'"):
         run_local({**BASE, "energy-meter": "wattmeter", "run-dir": str(tmp_path / "run2")})
 
@@ -120,9 +125,9 @@ def test_wall_plug_csv_joined_to_rounds(tmp_path: Path) -> None:
 
 def test_report_energy_columns_and_savings(tmp_path: Path) -> None:
     orin_hwmon(tmp_path / "sys", vdd_in=(5000, 2000))
-    meter = {"energy-meter": "jetson", "energy-sysfs-root": str(tmp_path / "sys"), "target-accuracy": 0.0}
-    long = run_local({**BASE, **meter, "num-server-rounds": 3, "run-dir": str(tmp_path / "long-seed0")})
-    short = run_local({**BASE, **meter, "run-dir": str(tmp_path / "short-seed0")})
+    meter = {"energy-meter": "jetson", "target-accuracy": 0.0}
+    long = run_local({**BASE, **meter, "num-server-rounds": 3, "run-dir": str(tmp_path / "long-seed0")}, nodes(tmp_path / "sys"))
+    short = run_local({**BASE, **meter, "run-dir": str(tmp_path / "short-seed0")}, nodes(tmp_path / "sys"))
     timed = run_local({**BASE, "energy-meter": "none", "run-dir": str(tmp_path / "timed-seed0")})
     assert "energy" not in table(load_runs([timed]), 0.5)
     md = table(load_runs([long, short]), 0.0)

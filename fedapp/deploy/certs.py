@@ -1,16 +1,16 @@
 """A private CA and a SuperLink server certificate for the addresses nodes dial.
 
-The SuperLink serves Fleet, Control and Runtime APIs over one HTTPS port; SuperNodes and the
-`flwr` CLI verify it with ``ca.crt`` (``--root-certificates`` / ``root-certificates``). The
-server certificate names every address clients use (IP addresses and DNS names as SANs),
-because clients check the name they dialled against it.
+SuperNodes, the `flwr` CLI, the ServerApp and the proxy verify the SuperLink with ``ca.crt``
+(``--root-certificates`` / ``root-certificates``). The server certificate names every
+address clients use (IP addresses and DNS names as SANs), because clients check the name
+they dialled against it; ``127.0.0.1`` and ``localhost`` are always among them, since the
+SuperLink itself listens on loopback behind the proxy (docs/deploy.md).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +21,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from fedapp.deploy import DeployError
+from fedapp.deploy.files import PRIVATE, PUBLIC, check_private, write_file
 
 CA_DAYS = 3650
 SERVER_DAYS = 825
+LOOPBACK = ["127.0.0.1", "localhost"]  # the SuperLink's own listener: the proxy, the ServerApp, the operator's tunnel
 
 
 @dataclass(frozen=True)
@@ -73,13 +75,6 @@ def san_entries(addresses: list[str]) -> list[x509.GeneralName]:
     return out
 
 
-def _write(path: Path, data: bytes, private: bool) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    if private:
-        os.chmod(path, 0o600)
-
-
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
 
@@ -93,10 +88,11 @@ def make_certs(addresses: list[str], out: str | Path, now: dt.datetime | None = 
     out = Path(out)
     files = TlsFiles(out / "ca.crt", out / "ca.key", out / "server.pem", out / "server.key")
     sans = san_entries(addresses)
+    sans += [x for x in san_entries(LOOPBACK) if x not in sans]
     now = now or dt.datetime.now(dt.UTC)
     if files.ca_cert.exists() and files.ca_key.exists():
         ca_cert = x509.load_pem_x509_certificate(files.ca_cert.read_bytes())
-        ca_key = serialization.load_pem_private_key(files.ca_key.read_bytes(), None)
+        ca_key = serialization.load_pem_private_key(Path(check_private(files.ca_key, "CA key")).read_bytes(), None)
         if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
             raise DeployError(f"{files.ca_key} is not an EC private key")
     else:
@@ -114,8 +110,8 @@ def make_certs(addresses: list[str], out: str | Path, now: dt.datetime | None = 
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA256())
         )
-        _write(files.ca_key, _key_pem(ca_key), private=True)
-        _write(files.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM), private=False)
+        write_file(files.ca_key, _key_pem(ca_key), PRIVATE)
+        write_file(files.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM), PUBLIC)
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
         x509.CertificateBuilder()
@@ -132,6 +128,6 @@ def make_certs(addresses: list[str], out: str | Path, now: dt.datetime | None = 
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()), critical=False)  # type: ignore[arg-type]
         .sign(ca_key, hashes.SHA256())
     )
-    _write(files.server_key, _key_pem(key), private=True)
-    _write(files.server_cert, cert.public_bytes(serialization.Encoding.PEM), private=False)
+    write_file(files.server_key, _key_pem(key), PRIVATE)
+    write_file(files.server_cert, cert.public_bytes(serialization.Encoding.PEM), PUBLIC)
     return files

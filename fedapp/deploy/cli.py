@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -54,28 +55,75 @@ def cmd_register(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(argv: list[str], args: argparse.Namespace) -> int:
+def _run(argvs: list[list[str]], args: argparse.Namespace, conf: str = "") -> int:
+    """Run the commands as one supervised group (``--dry-run``: print them, and nginx.conf)."""
     if args.dry_run:
-        print(shlex.join(argv))
+        for argv in argvs:
+            print(shlex.join(argv))
+        print(conf, end="")
         return 0
-    from fedapp.deploy.supervise import supervise
+    from fedapp.deploy.supervise import supervise_group
 
-    return supervise(argv, -1.0 if args.no_restart else args.restart_delay)
+    return supervise_group(argvs, -1.0 if args.no_restart else args.restart_delay)
+
+
+def _with_proxy(argvs: list[list[str]], args: argparse.Namespace, upstream: str) -> int:
+    """Add nginx on ``--host:--port`` in front of ``upstream`` to the group, in a private folder."""
+    import tempfile
+
+    from fedapp.deploy.proxy import nginx_conf, proxy_argv, write_conf
+
+    work = Path(args.proxy_dir) if args.proxy_dir else Path(tempfile.mkdtemp(prefix="fedapp-proxy-"))
+    try:
+        conf = nginx_conf(host=args.host, port=args.port, upstream=upstream, tls_dir=args.tls, workdir=work)
+        argv = proxy_argv(work)
+    except BaseException:
+        if not args.proxy_dir:
+            work.rmdir()
+        raise
+    if args.dry_run:
+        if not args.proxy_dir:
+            work.rmdir()
+        return _run([*argvs, argv], args, conf)
+    write_conf(work, conf)
+    print(f"fedapp deploy: devices dial {args.host}:{args.port} (nginx: the Fleet API only, conf in {work}); ", end="", file=sys.stderr)
+    print(f"the SuperLink itself is on {upstream} (the operator's Control API)", file=sys.stderr, flush=True)
+    try:
+        return _run([*argvs, argv], args)
+    finally:
+        if not args.proxy_dir:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def cmd_superlink(args: argparse.Namespace) -> int:
+    """Secure shape: flower-superlink on loopback (``--control-host/--control-port``) and nginx on
+    ``--host/--port`` forwarding the Fleet API only. ``--insecure``: flower-superlink alone on
+    ``--host/--port``, plain HTTP, everything open (a closed test network)."""
     from fedapp.deploy.commands import superlink_argv
+    from fedapp.deploy.proxy import upstream_of
 
     if args.tls is None and not args.insecure:
         raise DeployError("give --tls DIR (from `fedapp deploy certs`), or --insecure for plain HTTP without node authentication")
-    tls = None if args.insecure else args.tls
-    return _run(superlink_argv(database=args.database, tls_dir=tls, host=args.host, port=args.port, auth=not args.no_auth), args)
+    if args.insecure:
+        return _run([superlink_argv(database=args.database, tls_dir=None, host=args.host, port=args.port, auth=not args.no_auth)], args)
+    link = superlink_argv(database=args.database, tls_dir=args.tls, host=args.control_host, port=args.control_port, auth=not args.no_auth)
+    if args.no_proxy:
+        return _run([link], args)
+    if args.port == args.control_port:
+        raise DeployError(f"--port {args.port} (devices, through the proxy) and --control-port (the SuperLink itself) must differ")
+    return _with_proxy([link], args, upstream_of(args.control_host, args.control_port))
+
+
+def cmd_proxy(args: argparse.Namespace) -> int:
+    return _with_proxy([], args, args.upstream)
 
 
 def cmd_supernode(args: argparse.Namespace) -> int:
     from fedapp.deploy.commands import supernode_argv
 
     if args.insecure:
+        if args.ca is not None or args.key is not None:
+            raise DeployError("--insecure is plain HTTP without node authentication: drop --ca and --key, or drop --insecure")
         ca, key = None, None
     elif args.ca is None:
         raise DeployError("give --ca CA.crt and --key KEY (TLS and node authentication), or --insecure for plain HTTP")
@@ -85,15 +133,21 @@ def cmd_supernode(args: argparse.Namespace) -> int:
         "partition-id": args.partition_id, "num-partitions": args.num_partitions, "data-root": args.data_root,
         "state-dir": str(Path(args.state_dir).resolve()), "tier": args.tier, "device-name": args.device_name,
         "device": args.device,
+        "energy-sysfs-root": args.energy_sysfs_root, "energy-tegrastats": args.energy_tegrastats,
     }  # fmt: skip
-    return _run(supernode_argv(superlink=args.superlink, node_config=node, ca=ca, key=key, port=args.port), args)
+    return _run([supernode_argv(superlink=args.superlink, node_config=node, ca=ca, key=key, port=args.port)], args)
 
 
 def _process_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--restart-delay", type=float, default=10.0, help="seconds before restarting the process after it exits (default 10)")
     p.add_argument("--no-restart", action="store_true", help="run once (under systemd/compose, which restart it themselves)")
     p.add_argument("--dry-run", action="store_true", help="print the command line instead of running it")
-    p.add_argument("--insecure", action="store_true", help="plain HTTP, no node authentication: for a closed test network only")
+
+
+def _proxy_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="address the devices dial (default 127.0.0.1: this machine only; 0.0.0.0: all)")
+    p.add_argument("--port", type=int, default=8000, help="port the devices dial (default 8000)")
+    p.add_argument("--proxy-dir", help="folder for nginx.conf and nginx's files (default: a fresh temporary folder, removed at exit)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -113,7 +167,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
     p = dsub.add_parser("connection", help="add a SuperLink connection to $FLWR_HOME/config.toml for `flwr run . NAME`")
     p.add_argument("--name", required=True)
-    p.add_argument("--address", required=True, help="HOST:PORT of the SuperLink")
+    p.add_argument("--address", required=True, help="HOST:PORT of the SuperLink itself: 127.0.0.1:9093 on its host or through `ssh -L`")
     p.add_argument("--ca", help="CA certificate (ca.crt) that signed the SuperLink's certificate")
     p.add_argument("--insecure", action="store_true", help="plain HTTP (only for a SuperLink started with --insecure)")
     p.add_argument("--flwr-home", help="default: $FLWR_HOME or ~/.flwr")
@@ -125,17 +179,32 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("public_keys", nargs="+")
     p.set_defaults(fn=cmd_register)
 
-    p = dsub.add_parser("superlink", help="run flower-superlink: HTTPS, node authentication, state database")
+    p = dsub.add_parser("superlink", help="run flower-superlink on loopback (HTTPS, node authentication, state database) behind the proxy")
     p.add_argument("--tls", help="folder from `fedapp deploy certs`")
     p.add_argument("--database", default="state.db", help="SQLite state database (SuperNodes survive a SuperLink restart)")
-    p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=8000)
+    _proxy_flags(p)
+    p.add_argument(
+        "--control-host",
+        default="127.0.0.1",
+        help="where flower-superlink itself listens (default 127.0.0.1): the operator's Control API, the ServerApp's Runtime API, "
+        "the proxy's upstream; whoever reaches it controls the deployment",
+    )
+    p.add_argument("--control-port", type=int, default=9093, help="flower-superlink's own port (default 9093)")
+    p.add_argument("--no-proxy", action="store_true", help="start flower-superlink alone (the proxy runs apart: `fedapp deploy proxy`)")
     p.add_argument("--no-auth", action="store_true", help="admit any SuperNode (TLS still on)")
     _process_flags(p)
+    p.add_argument("--insecure", action="store_true", help="plain HTTP, no proxy, no node authentication, every API on --host/--port")
     p.set_defaults(fn=cmd_superlink)
 
+    p = dsub.add_parser("proxy", help="run the TLS proxy alone: the Fleet API of a SuperLink at --upstream, nothing else")
+    p.add_argument("--tls", required=True, help="folder from `fedapp deploy certs` (server.pem, server.key, ca.crt)")
+    p.add_argument("--upstream", default="127.0.0.1:9093", help="HOST:PORT of flower-superlink (default 127.0.0.1:9093)")
+    _proxy_flags(p)
+    _process_flags(p)
+    p.set_defaults(fn=cmd_proxy)
+
     p = dsub.add_parser("supernode", help="run flower-supernode with this project's node config")
-    p.add_argument("--superlink", required=True, help="HOST:PORT of the SuperLink")
+    p.add_argument("--superlink", required=True, help="HOST:PORT the devices dial (the proxy: `fedapp deploy superlink --host/--port`)")
     p.add_argument("--ca", help="CA certificate (ca.crt)")
     p.add_argument("--key", help="this node's private key (from `fedapp deploy keys`, registered)")
     p.add_argument("--partition-id", type=int, required=True)
@@ -145,6 +214,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--tier", default=None, help="device tier reported to the server (e.g. low, mid, high)")
     p.add_argument("--device-name", default=socket.gethostname())
     p.add_argument("--device", default=None, help="torch device to train on (auto, cpu, cuda, cuda:N, mps); wins over the run-config")
+    p.add_argument("--energy-sysfs-root", help="sysfs root the jetson and rapl meters read (default /sys; a host /sys in a container)")
+    p.add_argument("--energy-tegrastats", help="tegrastats command (--interval is appended) or a --logfile to follow (default tegrastats)")
     p.add_argument("--port", type=int, default=9094, help="local runtime API port; unique per SuperNode on one host")
     _process_flags(p)
+    p.add_argument("--insecure", action="store_true", help="plain HTTP, no node authentication (no --ca, no --key): closed test networks")
     p.set_defaults(fn=cmd_supernode)

@@ -3,9 +3,11 @@
 One place builds them, so `fedapp deploy superlink|supernode` (what operators and the
 compose file run) and the deployment tests start exactly the same processes:
 
-* SuperLink: HTTPS with the private CA's server certificate, SuperNode authentication
-  (registered keys only), a state database (SuperNodes survive a SuperLink restart), and
-  runtime dependency installation off (it would replace the installed torch).
+* SuperLink: on loopback by default (its one port serves the Control, Fleet and Runtime
+  APIs alike; devices reach only the Fleet API through the proxy, fedapp/deploy/proxy.py),
+  HTTPS with the private CA's server certificate, SuperNode authentication (registered keys
+  only), a state database (SuperNodes survive a SuperLink restart), and runtime dependency
+  installation off (it would replace the installed torch).
 * SuperNode: verifies the SuperLink with ``ca.crt``, proves itself with its key, and carries
   the node config the ClientApp reads (partition, data and state folders, device facts).
 
@@ -19,8 +21,11 @@ import sys
 from pathlib import Path
 
 from fedapp.deploy import DeployError
+from fedapp.deploy.files import check_private
 
-NODE_KEYS = ("partition-id", "num-partitions", "data-root", "state-dir", "tier", "device-name", "device")
+NODE_KEYS = (
+    "partition-id", "num-partitions", "data-root", "state-dir", "tier", "device-name", "device", "energy-sysfs-root", "energy-tegrastats",
+)  # fmt: skip
 
 
 def flower_exe(name: str) -> str:
@@ -41,9 +46,10 @@ def _need(path: Path, what: str) -> str:
 
 
 def superlink_argv(
-    *, database: str | Path, tls_dir: str | Path | None, host: str = "0.0.0.0", port: int = 8000, auth: bool = True
+    *, database: str | Path, tls_dir: str | Path | None, host: str = "127.0.0.1", port: int = 9093, auth: bool = True
 ) -> list[str]:
-    """``tls_dir`` holds ca.crt, server.pem, server.key; ``None`` means plain HTTP (insecure)."""
+    """``tls_dir`` holds ca.crt, server.pem, server.key; ``None`` means plain HTTP (insecure).
+    ``host`` defaults to loopback: whoever reaches this port reaches the Control API."""
     argv = [flower_exe("flower-superlink"), "--host", host, "--port", str(port), "--database", str(database)]
     argv.append("--disable-runtime-dependency-installation")
     if tls_dir is None:
@@ -53,7 +59,7 @@ def superlink_argv(
     tls = Path(tls_dir)
     argv += ["--ssl-ca-certfile", _need(tls / "ca.crt", "CA certificate")]
     argv += ["--ssl-certfile", _need(tls / "server.pem", "server certificate")]
-    argv += ["--ssl-keyfile", _need(tls / "server.key", "server key")]
+    argv += ["--ssl-keyfile", check_private(tls / "server.key", "server key")]
     return [*argv, "--enable-supernode-auth"] if auth else argv
 
 
@@ -92,7 +98,7 @@ def supernode_argv(
             raise DeployError("an authentication key needs TLS: give the CA certificate, or drop the key as well")
         return [*argv, "--insecure"]
     argv += ["--root-certificates", _need(Path(ca), "CA certificate")]
-    return [*argv, "--auth-supernode-private-key", _need(Path(key), "SuperNode private key")] if key is not None else argv
+    return [*argv, "--auth-supernode-private-key", check_private(key, "SuperNode private key")] if key is not None else argv
 
 
 def register_argv(public_key: str | Path, connection: str, name: str = "") -> list[str]:

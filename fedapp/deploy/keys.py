@@ -8,13 +8,13 @@ writes). Generating them here keeps the operator's path to one command without s
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedapp.deploy import DeployError
+from fedapp.deploy.files import PRIVATE, PUBLIC, check_private, write_file
 
 
 def make_node_key(path: str | Path, comment: str = "") -> tuple[Path, Path]:
@@ -22,16 +22,16 @@ def make_node_key(path: str | Path, comment: str = "") -> tuple[Path, Path]:
     priv = Path(path)
     pub = priv.with_name(priv.name + ".pub")
     key = ec.generate_private_key(ec.SECP256R1())
-    priv.parent.mkdir(parents=True, exist_ok=True)
-    priv.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()))
-    os.chmod(priv, 0o600)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())
+    write_file(priv, pem, PRIVATE)
     line = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-    pub.write_bytes(line + (f" {comment}".encode() if comment else b"") + b"\n")
+    write_file(pub, line + (f" {comment}".encode() if comment else b"") + b"\n", PUBLIC)
     return priv, pub
 
 
 def make_node_keys(num_nodes: int, out: str | Path, prefix: str = "supernode") -> list[tuple[Path, Path]]:
-    """Keys ``<out>/<prefix>-<i>`` for i in 0..num_nodes-1 (existing keys are kept, not replaced)."""
+    """Keys ``<out>/<prefix>-<i>`` for i in 0..num_nodes-1 (existing keys are kept, not replaced,
+    and refused if others may read them)."""
     if num_nodes < 1:
         raise DeployError(f"--nodes = {num_nodes}: expected a positive number of SuperNodes")
     out = Path(out)
@@ -39,5 +39,9 @@ def make_node_keys(num_nodes: int, out: str | Path, prefix: str = "supernode") -
     for i in range(num_nodes):
         priv = out / f"{prefix}-{i}"
         pub = priv.with_name(priv.name + ".pub")
-        pairs.append((priv, pub) if priv.exists() and pub.exists() else make_node_key(priv, f"{prefix}-{i}"))
+        if priv.exists() and pub.exists():
+            check_private(priv, "SuperNode private key")
+            pairs.append((priv, pub))
+        else:
+            pairs.append(make_node_key(priv, f"{prefix}-{i}"))
     return pairs

@@ -8,19 +8,22 @@ out where training runs on the CPU (an idle GPU's draw is not training energy); 
 metered by name while training runs elsewhere is said once in the log. A meter named
 explicitly must exist: otherwise a ConfigError names the key, the value and what
 was looked for. ``external`` measures nothing live: the wall-plug CSV is joined
-after the run (``fedapp energy join``).
+after the run (``fedapp energy join``). Which meter comes from the run-config; the
+commands and paths it opens come from the node only (fedapp/energy/node_settings.py).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fedapp.config import ConfigError, RunConfig
 from fedapp.energy.base import MeterUnavailable, Sensor, split_rails
 from fedapp.energy.jetson import JetsonRails
+from fedapp.energy.node_settings import node_setting
 from fedapp.energy.nvml import Nvml
 from fedapp.energy.rapl import Rapl
 from fedapp.energy.sampler import Sampler
@@ -43,13 +46,16 @@ class MeterSettings:
     gpu: int | None = None  # NVML index of the training GPU (None: not on an NVIDIA GPU, or unknown)
 
     @classmethod
-    def of(cls, cfg: RunConfig, device: torch.device | None = None) -> MeterSettings:
+    def of(cls, cfg: RunConfig, node_config: Mapping[str, Any], device: torch.device | None = None) -> MeterSettings:
+        """Meter, interval and rails from the run; the sysfs root and tegrastats command from the node;
+        NVML's GPU from the device this process trains on."""
+        sysfs, tegrastats = node_setting("energy-sysfs-root", node_config), node_setting("energy-tegrastats", node_config)
         trains_on, gpu = "cpu", None
         if device is not None:
             from fedapp.energy.gpu_index import nvml_index
 
             trains_on, gpu = device.type, nvml_index(device)
-        return cls(cfg.energy_meter, cfg.energy_interval, cfg.energy_rails, cfg.energy_sysfs_root, cfg.energy_tegrastats, trains_on, gpu)
+        return cls(cfg.energy_meter, cfg.energy_interval, cfg.energy_rails, sysfs, tegrastats, trains_on, gpu)
 
 
 def open_backend(name: str, s: MeterSettings) -> Sensor:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import socket
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from flwr.app import ConfigRecord, RecordDict
 
@@ -27,9 +28,9 @@ if TYPE_CHECKING:
 STATE_KEY = "energy-meter"  # Context.state entry holding the node's last meter Mark
 
 
-def client_meter(cfg: RunConfig, device: torch.device | None = None) -> Sampler | None:
-    """This process's sampler; NVML meters the GPU ``device`` is (fedapp.energy.auto)."""
-    return process_sampler(MeterSettings.of(cfg, device))[0]
+def client_meter(cfg: RunConfig, node_config: Mapping[str, Any], device: torch.device | None = None) -> Sampler | None:
+    """This process's sampler: commands and paths from ``node_config``; NVML meters the GPU ``device`` is (fedapp.energy.auto)."""
+    return process_sampler(MeterSettings.of(cfg, node_config, device))[0]
 
 
 def phase(sampler: Sampler | None) -> AbstractContextManager[Window]:
