@@ -161,7 +161,7 @@ class MaskedStrategy(Strategy):
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         ok = [{k: float(v) for k, v in m.content["metrics"].items()} for m in replies if not m.has_error()]  # type: ignore[arg-type]
         self.eval_client_metrics = {int(m.get("partition-id", -1)): m for m in ok}
-        accs = [m["accuracy"] for m in ok]
+        accs = [m["accuracy"] for m in ok if "accuracy" in m]  # none from a client with an empty local test split
         if not accs:
             self.eval_stats = {}
             return None
