@@ -31,9 +31,10 @@ from fedapp.config import ConfigError
 CHECKOUT_ENV = "FEDAPP_CHECKOUT"
 LOCK = ".lock"
 FAILURE = "failure.json"
-# what a run writes into its folder; the first four mean "this folder holds results"
-RESULTS = ("metrics.jsonl", "checkpoint.npz", "model.npz", "config.json")
-RUN_FILES = (*RESULTS, "meters.json", "metrics-energy.jsonl", FAILURE)
+# what a run writes into its folder; rows in metrics.jsonl, a checkpoint or a model are results
+# (a start that finished no round leaves only config.json, meters.json and no rows)
+RESULTS = ("metrics.jsonl", "checkpoint.npz", "model.npz")
+RUN_FILES = (*RESULTS, "config.json", "meters.json", "metrics-energy.jsonl", FAILURE)
 RUN_DIRS = ("client-state",)
 DEVICE_ROOTS = (Path("/dev"), Path("/proc"), Path("/sys"))
 
@@ -81,7 +82,7 @@ def resolve(run_dir: str, method: str, dataset: str, base: Path | None) -> Path:
 
 
 def holds_results(path: Path) -> list[str]:
-    return [name for name in RESULTS if (path / name).exists()]
+    return [name for name in RESULTS if (path / name).exists() and (path / name).stat().st_size > 0]
 
 
 def check_reuse(path: Path, resume: bool, overwrite: bool, has_checkpoint: bool) -> None:
