@@ -144,13 +144,13 @@ class RunConfig:
     round_timeout: float = key(3600.0, positive, "seconds the server waits for replies each round")
     resume: bool = key(False, doc="continue the run in run-dir from its last checkpointed round (after a SuperLink restart)")
     overwrite: bool = key(False, doc="replace the results already in run-dir (without it, or resume, a run refuses such a folder)")
-    discovery_timeout: float = key(60.0, positive, "seconds the server waits at the start for every partition's node")
+    discovery_timeout: float = key(120.0, positive, "seconds the server waits at the start for every partition's node")
     state_store: str = key(
         "auto", one_of("auto", "context", "disk"), "where client state lives between rounds; auto: disk where the node sets state-dir"
     )
     num_threads: int = key(1, positive, "torch/BLAS threads per client process")
     seed: int = key(0, non_negative)
-    run_dir: str = key("", doc="results folder; empty: a new runs/<time>-<method>-<dataset> folder per run")
+    run_dir: str = key("", doc="results folder; empty: a new folder per run, runs/<UTC time>-<method>-<dataset>-<4 hex>")
     target_accuracy: float = key(0.99, unit_interval, "accuracy the report counts rounds (and joules) to")
     energy_meter: str = key("auto", energy_meter_check, "power/energy meter each client samples (docs/energy.md)")
     energy_interval: float = key(0.1, positive, "seconds between background meter readings")

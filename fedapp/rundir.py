@@ -1,6 +1,6 @@
 """Run folders: where a run's results go, and the rules that keep runs apart.
 
-* ``run-dir = ""`` (the default) names a new folder per run, ``runs/<UTC time>-<method>-<dataset>``.
+* ``run-dir = ""`` (the default) names a new folder per run, ``runs/<UTC time>-<method>-<dataset>-<4 hex>``.
   A relative run-dir resolves against a base folder: the working directory in-process
   (``fedapp run``), and under ``flwr run`` the checkout whose ``scripts/flwr-env.sh`` started
   the SuperLink (``FEDAPP_CHECKOUT``, inherited by the ServerApp); never the SuperLink's cwd.
@@ -20,6 +20,7 @@ import fcntl
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
 import time
@@ -44,8 +45,10 @@ def bad(path: str | Path, why: str) -> ConfigError:
 
 
 def auto_name(method: str, dataset: str) -> str:
+    """``runs/<UTC time>-<method>-<dataset>-<4 hex>``: readable, and two runs started in the same
+    second (parallel seeds, say) still get folders of their own."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    return f"runs/{stamp}-{re.sub(r'[^A-Za-z0-9._-]+', '-', f'{method}-{dataset}')}"
+    return f"runs/{stamp}-{re.sub(r'[^A-Za-z0-9._-]+', '-', f'{method}-{dataset}')}-{secrets.token_hex(2)}"
 
 
 def checkout_base() -> Path | None:
@@ -57,11 +60,6 @@ def checkout_base() -> Path | None:
 def resolve(run_dir: str, method: str, dataset: str, base: Path | None) -> Path:
     """The absolute, confined run folder ``run_dir`` names (checked, not created)."""
     given = run_dir or auto_name(method, dataset)
-    if not run_dir and base is not None:  # two runs started in the same second get -2, -3, ...
-        n, first = 1, given
-        while (base / given).exists():
-            n += 1
-            given = f"{first}-{n}"
     path = Path(given)
     if ".." in path.parts:
         raise bad(run_dir, "'..' is not allowed in a run folder")
@@ -117,8 +115,9 @@ class RunLock:
     def acquire(self) -> RunLock:
         try:
             if not self.folder.exists():
-                self.folder.mkdir(parents=True)
-                self.created = True
+                with contextlib.suppress(FileExistsError):  # another start may create it at the same moment
+                    self.folder.mkdir(parents=True)
+                    self.created = True
             while True:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
                 try:

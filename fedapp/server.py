@@ -64,8 +64,12 @@ def serve(
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
     if cfg.num_clients:
         check_partition(cfg)  # a split that cannot hold fails before any waiting
-    rundir.check_reuse(run_dir, cfg.resume, cfg.overwrite, (run_dir / checkpoint.FILE).exists())
     lock = rundir.RunLock(run_dir).acquire()
+    try:  # under the lock: a run that finished a moment ago is seen, not overwritten
+        rundir.check_reuse(run_dir, cfg.resume, cfg.overwrite, (run_dir / checkpoint.FILE).exists())
+    except ConfigError:
+        lock.release(remove_if_empty=True)
+        raise
     started = False
     try:
         ckpt = checkpoint.load(run_dir) if cfg.resume else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -36,10 +37,15 @@ def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
     return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return run_local({**BASE, "run-dir": str(tmp_path_factory.mktemp("template") / "run")})
+
+
 @pytest.fixture
-def finished(tmp_path: Path) -> Path:
-    """A run folder holding a finished 2-round run."""
-    return run_local({**BASE, "run-dir": str(tmp_path / "run")})
+def finished(template: Path, tmp_path: Path) -> Path:
+    """A run folder holding a finished 2-round run (a copy of one run made once per module)."""
+    return Path(shutil.copytree(template, tmp_path / "run"))
 
 
 def test_a_folder_with_results_is_refused_and_left_as_it_was(finished: Path) -> None:
@@ -69,7 +75,7 @@ def test_both_resume_and_overwrite_is_refused(finished: Path) -> None:
 def test_default_run_dirs_are_new_per_run_and_record_provenance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     a, b = run_local({**BASE, "num-server-rounds": 1}), run_local({**BASE, "num-server-rounds": 1})
-    assert a != b and a.parent == b.parent == tmp_path / "runs" and a.name.endswith("-fedavg-digits")
+    assert a != b and a.parent == b.parent == tmp_path / "runs" and re.fullmatch(r"\d{8}-\d{6}-fedavg-digits-[0-9a-f]{4}", a.name)
     prov = read_provenance(a)
     assert prov["engine"] == "in-process" and prov["packages"]["flwr"] == "1.41.0" and "device" in prov
     assert prov["git"] is None or len(prov["git"]["commit"]) == 40
@@ -188,17 +194,17 @@ def shared_tmp() -> Iterator[Path]:
 
 
 def test_a_read_only_folder_is_one_line_naming_key_and_path(shared_tmp: Path) -> None:
+    """As a user who may not write there (root may write anywhere): the run's first write, its lock."""
     ro = shared_tmp / "ro"
     ro.mkdir(mode=0o555)
     ro.chmod(0o555)
     as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
-    code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from fedapp.cli import main; sys.exit(main(sys.argv[1:]))"
-    argv = [*as_user, sys.executable, "-c", code, "run", f"run-dir='{ro}/run' num-clients=2 num-server-rounds=1"]
-    env = {**os.environ, "HOME": str(shared_tmp), "MPLCONFIGDIR": str(shared_tmp)}
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, cwd=shared_tmp)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    want = f"fedapp: error: run-config key 'run-dir' = '{ro}/run': cannot write there (Permission denied)"
-    assert proc.stderr.strip().splitlines()[-1] == want
+    code = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); from pathlib import Path; from fedapp.rundir import RunLock\n"
+        "try:\n    RunLock(Path(sys.argv[1])).acquire()\nexcept Exception as err:\n    sys.exit(f'{type(err).__name__}: {err}')"
+    )
+    proc = subprocess.run([*as_user, sys.executable, "-c", code, f"{ro}/run"], capture_output=True, text=True, timeout=120)
+    assert proc.stderr.strip() == f"ConfigError: run-config key 'run-dir' = '{ro}/run': cannot write there (Permission denied)"
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])

@@ -72,8 +72,9 @@ def test_two_checkouts_simulate_at_once_and_keep_their_results_apart(tmp_path: P
     """The same relative run-dir in two checkouts, two `fedapp sim` at the same time: each run
     lands in its own checkout, through its own SuperLink (own FLWR_HOME and ports)."""
     a, b = shared_checkout(), copy_checkout(tmp_path / "second")
-    fedavg = {"num-server-rounds": 3, "num-clients": 2, "partition": "0,2,4,6,8|1,3,5,7,9", "run-dir": "runs/same"}
-    pews = {**PEWS, "method": "fedpews", "diversity-weight": 1.0, "run-dir": "runs/same"}
+    slow = {"discovery-timeout": 900.0}  # two Ray clusters start at once on a shared machine
+    fedavg = {"num-server-rounds": 3, "num-clients": 2, "partition": "0,2,4,6,8|1,3,5,7,9", "run-dir": "runs/same", **slow}
+    pews = {**PEWS, "method": "fedpews", "diversity-weight": 1.0, "run-dir": "runs/same", **slow}
     procs = [fedapp_sim(a, [overrides(fedavg), *FEDERATION]), fedapp_sim(b, [overrides(pews), *FEDERATION])]
     outs = [p.communicate(timeout=900) for p in procs]
     for p, (out, err) in zip(procs, outs, strict=True):
