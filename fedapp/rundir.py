@@ -65,10 +65,11 @@ def resolve(run_dir: str, method: str, dataset: str, base: Path | None) -> Path:
         raise bad(run_dir, "'..' is not allowed in a run folder")
     if not path.is_absolute():
         if base is None:
+            what = "a relative run folder" if run_dir else "the default (a new folder under runs/)"
             raise bad(
-                given,
-                "a relative run folder needs a base: this SuperLink was not started from a checkout's scripts/flwr-env.sh "
-                "(or `fedapp sim`); give an absolute path",
+                run_dir,
+                f"{what} needs a base folder, and this SuperLink was not started from a checkout's scripts/flwr-env.sh "
+                "(or `fedapp sim`): give an absolute path",
             )
         path = base / path
     real = Path(os.path.realpath(path))

@@ -215,3 +215,18 @@ def test_a_damaged_checkpoint_is_one_line_naming_the_file(finished: Path, damage
         run_local({**BASE, "num-server-rounds": 3, "run-dir": str(finished), "resume": True})
     assert str(err.value).startswith(f"checkpoint {path} is damaged or not a fedapp checkpoint")
     assert "pickled" not in str(err.value) and "\n" not in str(err.value)
+
+
+def test_relative_run_dirs_land_in_the_superlinks_checkout_or_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under `flwr run` the base is the checkout whose flwr-env.sh started the SuperLink, never
+    the SuperLink's working directory; without one a relative (or default) run-dir is refused."""
+    from client_app import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(rundir.CHECKOUT_ENV, raising=False)
+    raw = full_config({**BASE, "run-dir": "runs/x"})
+    with pytest.raises(ConfigError, match=r"^run-config key 'run-dir' = 'runs/x': a relative run folder needs a base folder"):
+        serve(LocalGrid(app, raw, 3), raw, base=rundir.checkout_base())
+    assert not (tmp_path / "runs").exists()
+    monkeypatch.setenv(rundir.CHECKOUT_ENV, str(tmp_path / "checkout"))
+    assert rundir.resolve("runs/x", "fedavg", "digits", rundir.checkout_base()) == tmp_path / "checkout" / "runs" / "x"
