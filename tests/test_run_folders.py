@@ -230,3 +230,17 @@ def test_relative_run_dirs_land_in_the_superlinks_checkout_or_are_refused(tmp_pa
     assert not (tmp_path / "runs").exists()
     monkeypatch.setenv(rundir.CHECKOUT_ENV, str(tmp_path / "checkout"))
     assert rundir.resolve("runs/x", "fedavg", "digits", rundir.checkout_base()) == tmp_path / "checkout" / "runs" / "x"
+
+
+def test_runs_that_differ_only_in_how_they_started_are_one_report_group(tmp_path: Path) -> None:
+    from fedapp.report import group_runs, load_runs
+
+    config = {"method": "fedavg", "lr": 0.1, "resume": False, "overwrite": False, "discovery-timeout": 120.0}
+    starts = [{}, {"seed": 1, "overwrite": True}, {"seed": 2, "resume": True, "discovery-timeout": 600.0}, {"seed": 3, "lr": 0.2}]
+    for i, extra in enumerate(starts):
+        run = tmp_path / f"fedavg-seed{i}"
+        run.mkdir()
+        (run / "config.json").write_text(json.dumps({**config, "seed": 0, **extra, "provenance": {"started": f"t{i}"}}))
+        (run / "metrics.jsonl").write_text('{"round": 1, "accuracy": 0.5}\n')
+    groups = group_runs(load_runs(sorted(tmp_path.iterdir())))
+    assert [len(g) for g in groups.values()] == [3, 1]  # lr differs: a group of its own
