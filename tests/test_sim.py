@@ -43,7 +43,7 @@ def check_fedavg(run_dir: Path) -> None:
     out = rows(run_dir)
     assert [r["round"] for r in out] == [1, 2, 3]
     for r in out:
-        assert r["clients"] == 2 and r["failures"] == 0 and r["coverage"] == 1.0
+        assert r["clients"] == 2 and r["failures"] == 0 and r["coverage"] == 1.0, r["failure_reasons"]
         assert r["bytes_up"] > 0 and r["bytes_down"] > 0 and r["seconds"] > 0
         assert set(r) >= {"round", "accuracy", "loss", "clients", "failures", "bytes_up", "bytes_down", "coverage", "seconds"}
         assert set(r["client_train_s"]) == {"0", "1"} and all(w >= 0 for w in r["client_wait_s"].values())  # energy ledger
@@ -59,7 +59,7 @@ def check_fedpews(run_dir: Path) -> None:
     assert [r["round"] for r in out] == [1, 2, 3]
     assert [r["warmup"] for r in out] == [True, True, False]
     for r in out:
-        assert r["clients"] == 2 and r["failures"] == 0
+        assert r["clients"] == 2 and r["failures"] == 0, r["failure_reasons"]
     for r in out[:2]:
         assert 0 < r["mask_density"] < 1 and 0 <= r["mask_overlap"] <= 1
         assert 0 < r["bytes_up"] < 2 * dense_upload() and r["coverage"] < 1.0
