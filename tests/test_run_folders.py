@@ -236,7 +236,9 @@ def test_runs_that_differ_only_in_how_they_started_are_one_report_group(tmp_path
     from fedapp.report import group_runs, load_runs
 
     config = {"method": "fedavg", "lr": 0.1, "resume": False, "overwrite": False, "discovery-timeout": 120.0}
-    starts = [{}, {"seed": 1, "overwrite": True}, {"seed": 2, "resume": True, "discovery-timeout": 600.0}, {"seed": 3, "lr": 0.2}]
+    starts: list[dict[str, object]] = [
+        {}, {"seed": 1, "overwrite": True}, {"seed": 2, "resume": True, "discovery-timeout": 600.0}, {"seed": 3, "lr": 0.2},
+    ]  # fmt: skip
     for i, extra in enumerate(starts):
         run = tmp_path / f"fedavg-seed{i}"
         run.mkdir()
