@@ -3,10 +3,11 @@
 `flwr run --stream` exits 0 even when the ServerApp failed, and prints a traceback for a bad
 value. This wrapper (1) checks the run-config and the run folder in-process, before anything
 starts (exit 2 with one line naming the key); (2) runs `flwr run` on this checkout's own
-SuperLink (fedapp.simenv: own FLWR_HOME and ports), streaming its output (less Flower's traceback of an error the ServerApp already named in
-one line); (3) afterwards
-reads the run folder: exit 1 with the ServerApp's one-line reason (``failure.json``, or the
-``fedapp: error:`` line it logged) when the run failed or left no results, else 0.
+SuperLink (fedapp.simenv: own FLWR_HOME and ports), streaming its output until the ServerApp
+names an error in one line (Flower's traceback of it and the simulation's teardown are not
+waited for); (3) afterwards reads the run folder: exit 1 with the ServerApp's one-line reason
+(``failure.json``, or the ``fedapp: error:`` line it logged) when the run failed or left no
+results, else 0.
 
 The run folder is always passed to the ServerApp as an absolute path, resolved here against
 the working directory (a default run-dir is named here), so it can land nowhere else. Without
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fedapp import checkpoint, rundir
-from fedapp.config import ConfigError, RunConfig
+from fedapp.config import ConfigError, RunConfig, parse
 from fedapp.simenv import checkout_env, port_owner_problem
 
 ERROR_LINE = re.compile(r"fedapp: error: (.*)$")
@@ -52,6 +53,8 @@ def write_run_config(values: Mapping[str, Any], path: Path) -> Path:
 
 def preflight(overrides: Mapping[str, Any], base: Path) -> tuple[RunConfig, Path]:
     """Everything the ServerApp would refuse before discovery, checked here (raises ConfigError)."""
+    parse(RunConfig, overrides)  # the common keys first: no method module (and no torch) imported for a bad value there
+
     from fedapp.data import check_partition
     from fedapp.engine.run_local import full_config
     from fedapp.methods.registry import resolve
@@ -118,10 +121,11 @@ def run(overrides: Mapping[str, Any], app: Path, federation_config: str | None) 
         for line in proc.stdout:
             tail = [*tail[-199:], line]
             if quiet:
-                quiet = "Exit Code:" not in line
                 continue
             print(line, end="", flush=True)
-            quiet = bool(ERROR_LINE.search(line))
+            if ERROR_LINE.search(line):  # the run failed and said why: stop following its teardown
+                quiet = True
+                proc.terminate()  # only this log stream: the SuperLink finishes the failed run by itself
         rc = proc.wait()
     reason = reason_for(run_dir, started, tail, rc)
     if reason:
