@@ -4,8 +4,9 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from fedapp.client import handle_evaluate, handle_query, handle_train
+from fedapp.client_config_errors import config_error_reply
 
-app = ClientApp()
+app = ClientApp(mods=[config_error_reply])  # a run-config error: one error reply, not a traceback per client
 
 
 @app.train()

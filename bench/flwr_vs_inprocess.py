@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fedapp.engine.run_local import run_local  # noqa: E402
-from tests.flwr_harness import flwr_run  # noqa: E402
+from tests.flwr_harness import flwr_run, stop_all  # noqa: E402
 
 
 def round_seconds(run_dir: Path) -> list[float]:
@@ -39,7 +39,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         start = time.perf_counter()
-        proc = flwr_run(t, {**cfg, "run-dir": str(t / "flwr")}, num_supernodes=args.clients, timeout=1800)
+        try:
+            proc = flwr_run(t, {**cfg, "run-dir": str(t / "flwr")}, num_supernodes=args.clients, timeout=1800)
+        finally:
+            stop_all()  # the SuperLink this started (a copy of the checkout's own, tests/flwr_harness.py)
         flwr_total = time.perf_counter() - start
         if proc.returncode != 0:
             sys.exit(f"flwr run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")

@@ -6,14 +6,19 @@ the method's server state (``ServerPolicy.state()``) and the run token that name
 clients' state folders. A SuperLink or ServerApp crash therefore loses at most the round
 in flight; a resumed run drops any metrics row newer than the checkpoint and redoes it,
 so no round is lost or repeated.
+
+The checkpoint also holds the resolved run-config (less the keys in RESUMABLE) and its hash:
+``resume=true`` with a config that learns something else is refused, naming the keys.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import secrets
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +30,9 @@ from fedapp.state import save_npz_atomic
 
 FILE = "checkpoint.npz"
 # keys a resumed run may change: how long to run and wait, not what is learned
-RESUMABLE = frozenset({"resume", "num-server-rounds", "round-timeout", "min-replies", "num-threads", "device"})
+RESUMABLE = frozenset(
+    {"resume", "num-server-rounds", "round-timeout", "min-replies", "num-threads", "device", "overwrite", "discovery-timeout", "run-dir"}
+)
 
 
 @dataclass
@@ -36,6 +43,16 @@ class Checkpoint:
     rng: tuple[Any, ...]  # random.Random.getstate() of the strategy's sampler
     token: str
     finished: bool = False  # the method stopped early (e.g. FedSPU early stopping)
+    config: dict[str, Any] | None = None  # the run's resolved config less RESUMABLE (None: an older checkpoint)
+
+
+def learned(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of a resolved config that decides what is learned: everything but RESUMABLE."""
+    return {k: v for k, v in config.items() if k not in RESUMABLE and k != "provenance"}
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(learned(config), sort_keys=True).encode()).hexdigest()
 
 
 def new_token(run_dir: str | Path) -> str:
@@ -46,7 +63,9 @@ def new_token(run_dir: str | Path) -> str:
 
 def save(run_dir: str | Path, ckpt: Checkpoint) -> Path:
     version, internal, gauss = ckpt.rng
-    meta = {"round": ckpt.round, "token": ckpt.token, "finished": ckpt.finished, "rng": [version, list(internal), gauss]}
+    meta: dict[str, Any] = {"round": ckpt.round, "token": ckpt.token, "finished": ckpt.finished, "rng": [version, list(internal), gauss]}
+    if ckpt.config is not None:
+        meta.update({"config": learned(ckpt.config), "config-hash": config_hash(ckpt.config)})
     payload = {f"global/{k}": v for k, v in ckpt.arrays.items()}
     payload.update({f"policy/{k}": v for k, v in ckpt.policy.items()})
     payload["meta"] = np.array(json.dumps(meta))
@@ -59,12 +78,18 @@ def load(run_dir: str | Path) -> Checkpoint | None:
     path = Path(run_dir) / FILE
     if not path.exists():
         return None
-    with np.load(path, allow_pickle=False) as data:
-        meta = json.loads(str(data["meta"]))
-        arrays = {k.removeprefix("global/"): data[k] for k in data.files if k.startswith("global/")}
-        policy = {k.removeprefix("policy/"): data[k] for k in data.files if k.startswith("policy/")}
-    version, internal, gauss = meta["rng"]
-    return Checkpoint(int(meta["round"]), arrays, policy, (version, tuple(internal), gauss), str(meta["token"]), bool(meta["finished"]))
+    try:
+        if not zipfile.is_zipfile(path):  # np.load would try a non-zip file as a pickle and say so
+            raise ValueError("not an .npz archive")
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            arrays = {k.removeprefix("global/"): data[k] for k in data.files if k.startswith("global/")}
+            policy = {k.removeprefix("policy/"): data[k] for k in data.files if k.startswith("policy/")}
+        version, internal, gauss = meta["rng"]
+        rng = (version, tuple(internal), gauss)
+        return Checkpoint(int(meta["round"]), arrays, policy, rng, str(meta["token"]), bool(meta["finished"]), meta.get("config"))
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as err:
+        raise ConfigError(f"checkpoint {path} is damaged or not a fedapp checkpoint ({err}); move it away, or set overwrite=true") from None
 
 
 def client_state_dir(run_dir: str | Path) -> Path:
@@ -75,15 +100,22 @@ def client_state_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "client-state" / ckpt.token
 
 
-def check_compatible(run_dir: str | Path, config: dict[str, Any]) -> None:
-    """A resumed run must learn the same thing: only keys in RESUMABLE may differ."""
-    path = Path(run_dir) / "config.json"
-    if not path.exists():
-        return
-    old = json.loads(path.read_text())
-    for key in sorted(set(old) | set(config)):
-        if key not in RESUMABLE and old.get(key) != config.get(key):
-            raise ConfigError(
-                f"resume=true: run-config key '{key}' = {config.get(key)!r} differs from {old.get(key)!r} in {path}; "
-                f"a resumed run may change only {', '.join(sorted(RESUMABLE))} (use another run-dir for a new run)"
-            )
+def check_compatible(run_dir: str | Path, config: dict[str, Any], ckpt: Checkpoint | None = None) -> None:
+    """A resumed run must learn the same thing: only keys in RESUMABLE may differ. Compared with
+    the config stored in the checkpoint (or, for an older checkpoint, with config.json)."""
+    if ckpt is not None and ckpt.config is not None:
+        old, where = ckpt.config, Path(run_dir) / FILE
+    else:
+        where = Path(run_dir) / "config.json"
+        if not where.exists():
+            return
+        old = learned(json.loads(where.read_text()))
+    new = learned(config)
+    differ = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    if differ:
+        first = differ[0]
+        more = f" (also {', '.join(differ[1:])})" if differ[1:] else ""
+        raise ConfigError(
+            f"resume=true: run-config key '{first}' = {new.get(first)!r} differs from {old.get(first)!r} in {where}{more}; "
+            f"a resumed run may change only {', '.join(sorted(RESUMABLE))} (use another run-dir for a new run)"
+        )

@@ -13,15 +13,26 @@ from fedapp.deploy.cli import add_parser as add_deploy
 from fedapp.energy.cli import add_energy
 
 
+def overrides_of(items: list[str]) -> dict[str, object]:
+    """TOML files and "key=value ..." strings, applied in order."""
+    overrides: dict[str, object] = {}
+    for item in items:
+        overrides.update(load_toml_config(item) if Path(item).suffix == ".toml" else parse_overrides(item))
+    return overrides
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from fedapp.engine.run_local import run_local
 
-    overrides = {}
-    for item in args.config:
-        overrides.update(load_toml_config(item) if Path(item).suffix == ".toml" else parse_overrides(item))
-    out = run_local(overrides)
+    out = run_local(overrides_of(args.config))
     print(f"results in {out}")
     return 0
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    from fedapp.sim import run
+
+    return run(overrides_of(args.config), Path(args.app), args.federation_config)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -49,6 +60,13 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a federation in-process (same server/client code as `flwr run`, no Ray)")
     r.add_argument("config", nargs="*", help='run-config TOML files and/or "key=value ..." overrides, applied in order')
     r.set_defaults(fn=cmd_run)
+    sim = sub.add_parser("sim", help="`flwr run` (Ray simulation) on this checkout's own SuperLink; exits 1 with the reason if it failed")
+    sim.add_argument("config", nargs="*", help='run-config TOML files and/or "key=value ..." overrides, applied in order')
+    sim.add_argument("--app", default=".", help="the Flower app (this checkout) to run (default: .)")
+    sim.add_argument(
+        "--federation-config", help='passed to `flwr run`, e.g. "num-supernodes=4 client-resources-num-cpus=1" (default: num-clients nodes)'
+    )
+    sim.set_defaults(fn=cmd_sim)
     rep = sub.add_parser("report", help="plot and tabulate run folders")
     rep.add_argument("runs", nargs="+", help="run folders (each with metrics.jsonl and config.json)")
     rep.add_argument("--out", help="output folder (default: <first run's parent>/report)")

@@ -47,9 +47,14 @@ def state_store(cfg: RunConfig, context: Context, run_token: str = "") -> StateS
 
 
 def node_local(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
-    """A node's own ``data-root`` wins over the run-config's: each device knows where its data lives."""
+    """A node's own ``data-root`` wins over the run-config's: each device knows where its data lives.
+    ``num-clients = 0`` is the federation's size, the node's ``num-partitions`` (the server checked
+    at discovery that every node reports the same)."""
     root = node_config.get("data-root")
-    return dataclasses.replace(cfg, data_root=str(root)) if root else cfg
+    cfg = dataclasses.replace(cfg, data_root=str(root)) if root else cfg
+    if not cfg.num_clients and "num-partitions" in node_config:
+        cfg = dataclasses.replace(cfg, num_clients=int(node_config["num-partitions"]))
+    return cfg
 
 
 def load_global(pm: ProcessModel, content: RecordDict) -> dict[str, np.ndarray]:
@@ -77,6 +82,8 @@ def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
     configure_threads(cfg.num_threads)
     device = node_device(cfg, context.node_config)
     config = dict(msg.content["config"])  # type: ignore[arg-type]
+    if config.get("run-dir"):  # the folder the server resolved (a default run-dir is named there)
+        cfg = dataclasses.replace(cfg, run_dir=str(config["run-dir"]))
     pid = int(config.get("partition-id", context.node_config["partition-id"]))  # type: ignore[arg-type]
     server_round = int(config.get("server-round", 0))  # type: ignore[arg-type]
     ds = dataset_for(cfg)

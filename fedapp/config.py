@@ -55,6 +55,16 @@ def half_open_unit(v: Any) -> str | None:
     return None if 0 <= v < 1 else "a number in [0, 1)"
 
 
+AUTO_LOCAL_TEST = -1.0
+# PFLlib (train_size = 0.75) and FL-bench (test_ratio = 0.25) both hold out a quarter of each
+# client's own samples as its local test split; personalised runs here do the same by default.
+PERSONAL_LOCAL_TEST = 0.25
+
+
+def local_test_check(v: Any) -> str | None:
+    return None if v == AUTO_LOCAL_TEST or 0 <= v < 1 else "a number in [0, 1), or -1 (auto)"
+
+
 def int_list(v: Any) -> str | None:
     ok = re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*", str(v)) and all(int(x) > 0 for x in str(v).split(","))
     return None if ok else "comma-separated positive integers such as '32,64'"
@@ -148,8 +158,12 @@ class RunConfig:
     dirichlet_alpha: float = key(0.5, positive)
     classes_per_client: int = key(2, positive)
     min_partition_size: int = key(10, non_negative, "Dirichlet: resample until every client has this many samples")
-    num_clients: int = key(2, positive)
-    local_test_fraction: float = key(0.0, half_open_unit, "share of each client's data held out as its local test split")
+    num_clients: int = key(0, non_negative, "clients (partitions); 0: as many as the federation's nodes report (num-partitions)")
+    local_test_fraction: float = key(
+        AUTO_LOCAL_TEST, local_test_check,
+        "share of each client's data held out as its local test split; -1: 0.25 where clients are evaluated on it "
+        "(personalised methods, personalized-eval), else 0",
+    )  # fmt: skip
     samples_per_client: int = key(0, non_negative, "shard partition: training samples kept per client (0: whole shards)")
     local_test_source: str = key(
         "own-data", one_of("own-data", "test-set"),
@@ -173,13 +187,15 @@ class RunConfig:
     min_replies: int = key(1, positive, "fewest replies a round aggregates; fewer leaves the model unchanged")
     round_timeout: float = key(3600.0, positive, "seconds the server waits for replies each round")
     resume: bool = key(False, doc="continue the run in run-dir from its last checkpointed round (after a SuperLink restart)")
+    overwrite: bool = key(False, doc="replace the results already in run-dir (without it, or resume, a run refuses such a folder)")
+    discovery_timeout: float = key(120.0, positive, "seconds the server waits at the start for every partition's node")
     state_store: str = key(
         "auto", one_of("auto", "context", "disk"), "where client state lives between rounds; auto: disk where the node sets state-dir"
     )
     num_threads: int = key(1, thread_count, "torch/BLAS threads per client process")
     device: str = key("auto", device_check, "torch device to train on; auto: CUDA, else MPS, else CPU; a node's node-config device wins")
     seed: int = key(0, seed_range)
-    run_dir: str = key("runs/default")
+    run_dir: str = key("", doc="results folder; empty: a new folder per run, runs/<UTC time>-<method>-<dataset>-<4 hex>")
     target_accuracy: float = key(0.99, unit_interval, "accuracy the report counts rounds (and joules) to")
     energy_meter: str = key("auto", energy_meter_check, "power/energy meter each client samples (docs/energy.md)")
     energy_interval: float = key(0.1, positive, "seconds between background meter readings")

@@ -1,6 +1,7 @@
 """Plots and comparison tables from run folders (``fedapp report``).
 
-Runs whose resolved configs differ only in ``seed`` (and ``run-dir``, and any keys
+Runs whose resolved configs differ only in ``seed`` (and ``run-dir``, how the run was started:
+``resume``, ``overwrite``, ``discovery-timeout``, and any keys
 named with ``--group-ignore``, e.g. ``data-seed`` when each seed redraws the split) form one group;
 the table gives mean ± std over the group's seeds. Rounds-to-target follows the
 FedPeWS convention (spec D19): mean ± std over the seeds that reach the target,
@@ -26,7 +27,7 @@ from fedapp.results import read_config, read_metrics
 
 ENERGY_KEYS = ("round_j", "external_j")  # on-device meters first, then a joined wall-plug log
 
-IGNORED_IN_GROUPING = {"seed", "run-dir"}
+IGNORED_IN_GROUPING = {"seed", "run-dir", "resume", "overwrite", "discovery-timeout"}  # the last three: how a run started
 
 
 @dataclass

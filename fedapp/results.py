@@ -1,11 +1,13 @@
-"""Run folder: config.json (resolved config), metrics.jsonl (one row per round),
-the final global model (model.npz), written as the run goes so nothing done is lost.
-Starting a run empties the folder's ``client-state`` (the simulation's disk store)."""
+"""Run folder: config.json (resolved config, and under ``provenance`` what produced the run),
+metrics.jsonl (one row per round), the final global model (model.npz), written as the run
+goes so nothing done is lost. Starting a run empties the folder's ``client-state`` (the
+simulation's disk store). Which folder, and whether it may be used, is fedapp.rundir's job."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import shutil
 from pathlib import Path
@@ -14,6 +16,9 @@ from typing import Any
 import numpy as np
 
 from fedapp.config import RunConfig, kebab
+
+log = logging.getLogger("flwr")
+PROVENANCE = "provenance"
 
 
 def resolved_config(cfg: RunConfig, params: Any) -> dict[str, Any]:
@@ -32,12 +37,17 @@ def _clean(v: Any) -> Any:
 
 
 class RunWriter:
-    def __init__(self, run_dir: str | Path, config: dict[str, Any], keep_rounds: int = 0):
-        """Start ``metrics.jsonl`` afresh, or (resuming) keep its rows up to round ``keep_rounds``."""
+    def __init__(self, run_dir: str | Path, config: dict[str, Any], keep_rounds: int = 0, provenance: dict[str, Any] | None = None):
+        """Start ``metrics.jsonl`` afresh, or (resuming) keep its rows up to round ``keep_rounds``.
+        A resumed run's provenance lists the earlier starts under ``earlier``."""
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         if not keep_rounds:  # a new run must not start from an earlier run's personal models
             shutil.rmtree(self.dir / "client-state", ignore_errors=True)
+        if provenance is not None:
+            before = read_provenance(self.dir) if keep_rounds else {}
+            earlier = [*before.pop("earlier", []), before] if before else []
+            config = {**config, PROVENANCE: {**provenance, **({"earlier": earlier} if earlier else {})}}
         (self.dir / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         self.metrics_path = self.dir / "metrics.jsonl"
         kept = [r for r in read_metrics(self.dir) if int(r["round"]) <= keep_rounds] if keep_rounds and self.metrics_path.exists() else []
@@ -69,9 +79,40 @@ def read_metrics(run_dir: str | Path, energy: bool = False) -> list[dict[str, An
         path = joined
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {run_dir} a fedapp run folder?")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return parse_rows(path)
+
+
+def parse_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows of a jsonl file. A torn last line (a run killed mid-write) is dropped with a
+    warning; a bad line anywhere else is an error naming the file and line."""
+    lines = path.read_text(errors="replace").splitlines()
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    rows = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if i == last:
+                log.warning("%s: dropped its torn last line %d (a run stopped while writing it)", path, i + 1)
+                break
+            raise ValueError(f"{path} line {i + 1} is not a JSON row ({err.msg}): the file is damaged") from None
+    return rows
 
 
 def read_config(run_dir: str | Path) -> dict[str, Any]:
+    """The resolved run-config (without the provenance record)."""
     path = Path(run_dir) / "config.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    config = json.loads(path.read_text()) if path.exists() else {}
+    config.pop(PROVENANCE, None)
+    return config
+
+
+def read_provenance(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir) / "config.json"
+    try:
+        found = json.loads(path.read_text()).get(PROVENANCE, {}) if path.exists() else {}
+    except ValueError:
+        return {}
+    return dict(found) if isinstance(found, dict) else {}

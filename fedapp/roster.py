@@ -14,6 +14,10 @@ again at the next refresh and takes over only once the first node has gone offli
 restarted SuperNode under a new id, whose old id has not lapsed yet, gets its partition
 back that way). A node's device or meter error stops the run at discovery (the run asked
 for a device or meter the node lacks); mid-run it only keeps that node out.
+
+The federation's size comes from the nodes: each reports ``num-partitions`` (node-config).
+With ``num-clients = 0`` the run takes that number; a stated ``num-clients`` that differs
+from what a node reports fails discovery at that node's first answer, not at the timeout.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
+from fedapp.client_config_errors import stop_on_config_errors
 from fedapp.config import ConfigError
 
 log = logging.getLogger("flwr")
@@ -56,16 +61,36 @@ def facts_of(reply: Message) -> tuple[int, dict[str, Any]]:
 
 class Roster:
     def __init__(self, grid: Grid, num_clients: int):
-        self.grid, self.num_clients = grid, num_clients
+        """``num_clients`` 0: as many as the nodes report (known after their first answer)."""
+        self.grid, self.num_clients, self.stated = grid, num_clients, num_clients > 0
         self.nodes: dict[int, int] = {}  # partition id -> node id
         self.info: dict[int, dict[str, Any]] = {}  # partition id -> facts the node reported
         self.strangers: set[int] = set()  # answered, but with a partition this run does not use, or unusably
         self.discovered = False  # every partition had a node once: later meter errors keep a node out, not the run
+        self.waiting: dict[int, dict[str, Any]] = {}  # node id -> facts, while the size is not known yet
+        self.discovering = False
+
+    def size_from(self, node: int, facts: dict[str, Any]) -> None:
+        """Learn or check the federation's size from a node's ``num-partitions``."""
+        reported = facts.get("num-partitions")
+        if isinstance(reported, bool) or not isinstance(reported, int) or reported < 1:
+            return  # absent (an older node) or unusable: the size comes from num-clients or other nodes
+        n = reported
+        if not self.num_clients:
+            self.num_clients = n
+            log.info("num-clients = %d (num-partitions reported by the nodes)", n)
+        elif n != self.num_clients and self.discovering:
+            whose = "run-config key 'num-clients' =" if self.stated else "the other nodes report num-partitions ="
+            raise ConfigError(
+                f"{whose} {self.num_clients}, but node {node} reports num-partitions = {n}: "
+                + ("set num-clients to the federation's size, or 0 to take it from the nodes" if self.stated else "the nodes disagree")
+                + (f' (in simulation: --federation-config "num-supernodes={self.num_clients}")' if self.stated else "")
+            )
 
     def query(self, ids: list[int], timeout: float, online: set[int] | None = None) -> None:
         """Ask ``ids`` who they are. A claim of a partition whose node is in ``online`` is refused."""
         msgs = [Message(RecordDict(), dst_node_id=i, message_type=MessageType.QUERY, ttl=max(1.0, timeout)) for i in ids]
-        for reply in self.grid.send_and_receive(msgs, timeout=max(1.0, timeout)):
+        for reply in stop_on_config_errors(self.grid.send_and_receive(msgs, timeout=max(1.0, timeout))):
             node = reply.metadata.src_node_id
             if reply.has_error():
                 log.warning("node %s did not answer discovery: %s", node, reply.error.reason)
@@ -83,33 +108,55 @@ class Roster:
                 log.warning("node %s left out: %s", node, problem)
                 self.strangers.add(node)
                 continue
-            if not 0 <= pid < self.num_clients:
-                self.strangers.add(node)
+            self.size_from(node, facts)
+            if not self.num_clients:
+                self.waiting[node] = facts
                 continue
-            held = self.nodes.get(pid)
-            if held is not None and held != node:
-                if online is None or held in online:
-                    log.warning("node %d claims partition-id %d, which online node %d serves; refused", node, pid, held)
-                    continue
-                log.warning("partition-id %d now served by node %d (was node %d, offline)", pid, node, held)
-            self.nodes[pid], self.info[pid] = node, facts
+            self.place(node, pid, facts, online)
+        for node in sorted(self.waiting) if self.num_clients else []:
+            facts = self.waiting.pop(node)
+            self.place(node, int(facts["partition-id"]), facts, online)
+
+    def place(self, node: int, pid: int, facts: dict[str, Any], online: set[int] | None) -> None:
+        """Record ``node`` as its partition's server, a stranger if the partition is not used, or
+        refuse its claim while the partition's node is online."""
+        if not 0 <= pid < self.num_clients:
+            self.strangers.add(node)
+            return
+        held = self.nodes.get(pid)
+        if held is not None and held != node:
+            if online is None or held in online:
+                log.warning("node %d claims partition-id %d, which online node %d serves; refused", node, pid, held)
+                return
+            log.warning("partition-id %d now served by node %d (was node %d, offline)", pid, node, held)
+        self.nodes[pid], self.info[pid] = node, facts
 
     def discover(self, timeout: float) -> None:
-        """Wait until every partition 0..num_clients-1 has a node, or fail naming what is missing."""
+        """Wait until every partition 0..num_clients-1 has a node, or fail naming what is missing
+        (at once where a node's num-partitions contradicts num-clients)."""
         deadline = time.monotonic() + timeout
-        while True:
-            self.refresh(max(1.0, deadline - time.monotonic()))
-            wanted = [p for p in range(self.num_clients) if p not in self.nodes]
-            if not wanted:
-                self.discovered = True
-                return
-            if time.monotonic() > deadline:
-                raise ConfigError(
-                    f"run-config key 'num-clients' = {self.num_clients}, but after {timeout:.0f}s no node holds partition-id(s) "
-                    f"{wanted[:10]} ({len(self.nodes)} node(s) found). In simulation pass "
-                    f'--federation-config "num-supernodes={self.num_clients}".'
-                )
-            time.sleep(0.5)
+        self.discovering = True
+        try:
+            while True:
+                self.refresh(max(1.0, deadline - time.monotonic()))
+                wanted = [p for p in range(self.num_clients) if p not in self.nodes]
+                if self.num_clients and not wanted:
+                    self.discovered = True
+                    return
+                if time.monotonic() > deadline:
+                    if not self.num_clients:
+                        raise ConfigError(
+                            f"run-config key 'num-clients' = 0 takes the size from the nodes' num-partitions, but after "
+                            f"{timeout:.0f}s (discovery-timeout) no node reported one ({len(self.waiting)} answered); set num-clients"
+                        )
+                    raise ConfigError(
+                        f"run-config key 'num-clients' = {self.num_clients}, but after {timeout:.0f}s (discovery-timeout) no node holds "
+                        f"partition-id(s) {wanted[:10]} ({len(self.nodes)} node(s) found). In simulation pass "
+                        f'--federation-config "num-supernodes={self.num_clients}".'
+                    )
+                time.sleep(0.5)
+        finally:
+            self.discovering = False
 
     def refresh(self, timeout: float) -> dict[int, int]:
         """Forget partitions whose node went offline; ask nodes never seen before who they are."""
@@ -118,7 +165,7 @@ class Roster:
             if node not in online:
                 log.warning("partition-id %d: node %d is offline; not sampled until it rejoins", pid, node)
                 del self.nodes[pid]
-        unknown = sorted(online - set(self.nodes.values()) - self.strangers)
+        unknown = sorted(online - set(self.nodes.values()) - self.strangers - set(self.waiting))
         if unknown:
             before = dict(self.nodes)
             self.query(unknown, timeout, online)

@@ -6,6 +6,8 @@ must be written out, and a restarted SuperLink resumes from the last finished ro
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -17,13 +19,16 @@ import torch
 from flwr.app import ConfigRecord
 from flwr.serverapp import Grid
 
-from fedapp import checkpoint, wire
-from fedapp.data import check_partition, dataset_for
+from fedapp import checkpoint, rundir, wire
+from fedapp.client_config_errors import stop_on_config_errors
+from fedapp.config import ConfigError, RunConfig
+from fedapp.data import Dataset, check_partition, dataset_for
 from fedapp.device import describe, load_host_arrays, process_device
 from fedapp.energy.ledger import Ledger
 from fedapp.evaluate import evaluate
-from fedapp.methods.registry import resolve
+from fedapp.methods.registry import Method, resolve
 from fedapp.models import build_model
+from fedapp.provenance import collect
 from fedapp.results import RunWriter, resolved_config
 from fedapp.roster import Roster
 from fedapp.run_checks import check_run
@@ -44,35 +49,87 @@ def central_eval(
     return evaluate(model, x, y, prepare=prepare)
 
 
-def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 120.0) -> Path:
-    """Run a whole federation on ``grid`` (or, with ``resume=true``, the rest of it); returns the run folder."""
+def serve(
+    grid: Grid, raw_config: Mapping[str, Any], base: Path | None = None, provenance: dict[str, Any] | None = None,
+    discovery_timeout: float | None = None,
+) -> Path:  # fmt: skip
+    """Run a whole federation on ``grid`` (or, with ``resume=true``, the rest of it); returns the run folder.
+
+    ``base`` is the folder a relative (or default) run-dir resolves against; ``discovery_timeout``
+    overrides the run-config's ``discovery-timeout``. Nothing in the run
+    folder changes until the config is valid, the folder may be used (fedapp.rundir), its lock
+    is held and discovery found every partition; a failure after the lock is recorded in the
+    folder's failure.json (what `fedapp sim` reports)."""
     cfg, method, params = resolve(raw_config)
     configure_threads(cfg.num_threads)
     device = process_device(cfg.device)  # central evaluation runs on the server's own device
-    ds = dataset_for(cfg)
+    run_dir = rundir.resolve(cfg.run_dir, cfg.method, cfg.dataset, base)
+    cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
+    if cfg.num_clients:  # a split or setting that cannot work fails before any waiting
+        check_settings(cfg, method, params, raw_config)
+    lock = rundir.RunLock(run_dir).acquire()
+    try:  # under the lock: a run that finished a moment ago is seen, not overwritten
+        rundir.check_reuse(run_dir, cfg.resume, cfg.overwrite, (run_dir / checkpoint.FILE).exists())
+    except ConfigError:
+        lock.release(remove_if_empty=True)
+        raise
+    started = False
+    try:
+        ckpt = checkpoint.load(run_dir) if cfg.resume else None
+        roster = Roster(grid, cfg.num_clients)
+        roster.discover(cfg.discovery_timeout if discovery_timeout is None else discovery_timeout)
+        if not cfg.num_clients:
+            cfg = dataclasses.replace(cfg, num_clients=roster.num_clients)
+            check_settings(cfg, method, params, raw_config)
+        ds = dataset_for(cfg)
+        with torch.device("cpu"):  # w0 from the CPU generator on every machine
+            model = build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
+        initial = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+        model.to(device)
+        config = resolved_config(cfg, params)
+        if ckpt is not None:
+            checkpoint.check_compatible(run_dir, config, ckpt)
+            log.info("resuming %s after round %d", run_dir, ckpt.round)
+        if cfg.overwrite:
+            rundir.clear(run_dir)
+        started = True
+        writer = RunWriter(run_dir, config, keep_rounds=ckpt.round if ckpt else 0, provenance=collect(cfg, provenance))
+        with contextlib.suppress(FileNotFoundError):
+            (run_dir / rundir.FAILURE).unlink()  # an earlier attempt's reason no longer applies
+        devices = {str(p): str(f.get("device", "unknown")) for p, f in roster.info.items()}
+        writer.write_json("devices.json", {"server": describe(device), "clients": devices})
+        for text in sorted(set(devices.values())):
+            log.info("clients %s train on %s", ",".join(p for p, d in devices.items() if d == text), text)
+        rounds(grid, cfg, method, params, ds, model, initial, roster, writer, ckpt)
+    except BaseException as err:
+        rundir.record_failure(run_dir, one_line(err), "rounds" if started else "start")
+        raise
+    finally:
+        lock.release(remove_if_empty=not started)
+    return run_dir
+
+
+def check_settings(cfg: RunConfig, method: Method, params: Any, raw_config: Mapping[str, Any]) -> None:
+    """Every check that needs the federation's size: the split, then the cross-key checks (run_checks)."""
     check_partition(cfg)
-    for warning in check_run(cfg, method, params, raw_config, ds):
+    for warning in check_run(cfg, method, params, raw_config, dataset_for(cfg)):
         log.warning("%s", warning)
-    with torch.device("cpu"):  # w0 from the CPU generator on every machine
-        model = build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
-    initial = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
-    model.to(device)
-    config = resolved_config(cfg, params)
-    ckpt = checkpoint.load(cfg.run_dir) if cfg.resume else None
-    if ckpt is not None:
-        checkpoint.check_compatible(cfg.run_dir, config)
-        log.info("resuming %s after round %d", cfg.run_dir, ckpt.round)
-    writer = RunWriter(cfg.run_dir, config, keep_rounds=ckpt.round if ckpt else 0)
-    roster = Roster(grid, cfg.num_clients)
-    roster.discover(discovery_timeout)
+
+
+def one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if isinstance(err, ConfigError) and text else f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def rounds(
+    grid: Grid, cfg: RunConfig, method: Method, params: Any, ds: Dataset, model: torch.nn.Module,
+    initial: dict[str, np.ndarray], roster: Roster, writer: RunWriter, ckpt: checkpoint.Checkpoint | None,
+) -> None:  # fmt: skip
+    """The round loop proper, from the first round not yet checkpointed."""
     meters = {str(p): str(f.get("energy-meter", "unknown")) for p, f in roster.info.items()}
     writer.write_json("meters.json", meters)
     for text in sorted(set(meters.values())):
         log.info("clients %s: %s", ",".join(p for p, m in meters.items() if m == text), text)
-    devices = {str(p): str(f.get("device", "unknown")) for p, f in roster.info.items()}
-    writer.write_json("devices.json", {"server": describe(device), "clients": devices})
-    for text in sorted(set(devices.values())):
-        log.info("clients %s train on %s", ",".join(p for p, d in devices.items() if d == text), text)
     ledger = Ledger()
     policy = method.server(cfg, params, initial, roster.info)
     strategy = MaskedStrategy(cfg, policy, roster.nodes)
@@ -81,9 +138,10 @@ def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 
         arrays, first, token, done = ckpt.arrays, ckpt.round + 1, ckpt.token, ckpt.finished
         policy.load_state(ckpt.policy)
         strategy.rng.setstate(ckpt.rng)
+    config = resolved_config(cfg, params)
     x_test, y_test = torch.from_numpy(ds.x_test), torch.from_numpy(ds.y_test)
     record = wire.to_record(arrays)
-    run_config = ConfigRecord({"run-token": token})
+    run_config = ConfigRecord({"run-token": token, "run-dir": cfg.run_dir})
     for rnd in range(first, cfg.num_server_rounds + 1):
         if done:
             log.info("method finished after round %d", rnd - 1)
@@ -92,13 +150,14 @@ def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 
         strategy.eval_client_metrics = {}
         if rnd > first:
             strategy.nodes = roster.refresh(cfg.round_timeout)
-        replies = grid.send_and_receive(strategy.configure_train(rnd, record, run_config, grid), timeout=cfg.round_timeout)
+        train_msgs = strategy.configure_train(rnd, record, run_config, grid)
+        replies = stop_on_config_errors(grid.send_and_receive(train_msgs, timeout=cfg.round_timeout))
         new, _ = strategy.aggregate_train(rnd, replies)
         if new is not None:
             record = new
         eval_msgs = list(strategy.configure_evaluate(rnd, record, run_config, grid))
         if eval_msgs:
-            strategy.aggregate_evaluate(rnd, grid.send_and_receive(eval_msgs, timeout=cfg.round_timeout))
+            strategy.aggregate_evaluate(rnd, stop_on_config_errors(grid.send_and_receive(eval_msgs, timeout=cfg.round_timeout)))
         arrays = wire.from_record(record)
         acc, loss = central_eval(model, policy.eval_arrays(arrays), x_test, y_test, ds.norm.tensor if ds.norm else None)
         row = {"round": rnd, "accuracy": acc, "loss": loss, **strategy.stats.row()}
@@ -110,6 +169,5 @@ def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 
         writer.append(row)
         log.info("round %d: accuracy %.4f loss %.4f clients %d failures %d", rnd, acc, loss, row["clients"], row["failures"])
         done = policy.finished(rnd)
-        checkpoint.save(cfg.run_dir, checkpoint.Checkpoint(rnd, arrays, policy.state(), strategy.rng.getstate(), token, done))
+        checkpoint.save(cfg.run_dir, checkpoint.Checkpoint(rnd, arrays, policy.state(), strategy.rng.getstate(), token, done, config))
     writer.save_model(policy.eval_arrays(arrays))  # the model that was evaluated
-    return writer.dir

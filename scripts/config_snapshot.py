@@ -6,9 +6,10 @@ before it.
     PYTHONPATH=. .venv/bin/python scripts/config_snapshot.py compare BEFORE AFTER
 
 ``run`` writes OUT/<config>/metrics.jsonl, model.npz and config.json (``--only`` adds to an
-existing OUT). Configs that read real datasets get small files generated in the real
-on-disk formats (tests/data_files.py); a config whose dataset has no loader here
-(speech-commands) is listed as skipped.
+existing OUT, replacing those configs' folders), and OUT/status.json after every config.
+Configs that read real datasets get small files generated in the real on-disk formats
+(tests/data_files.py); a config whose dataset has no loader here (speech-commands) is
+listed as skipped.
 ``compare`` checks every metrics row without its timing keys (tests/run_rows.py) and every
 model array for exact equality, and exits 1 on any difference.
 """
@@ -70,7 +71,7 @@ def run_all(out: Path, only: list[str]) -> int:
             if config.get("dataset") == "speech-commands":
                 status[name] = "skipped: no loader for speech-commands"
                 continue
-            overrides = {"num-server-rounds": ROUNDS, "data-root": str(data), "run-dir": str(out / name)}
+            overrides = {"num-server-rounds": ROUNDS, "data-root": str(data), "run-dir": str(out / name), "overwrite": True}
             if config.get("method") == "fedpart":
                 groups = FEDPART_GROUPS[str(config["model"])]
                 overrides.update({**FEDPART_SHORT, "num-server-rounds": 1 + groups})
@@ -81,7 +82,7 @@ def run_all(out: Path, only: list[str]) -> int:
                 status[name] = f"failed: {type(err).__name__}: {err}"
                 traceback.print_exc()
             print(f"{name}: {status[name]}", flush=True)
-    status_file.write_text(json.dumps(status, indent=2, sort_keys=True) + "\n")
+            status_file.write_text(json.dumps(status, indent=2, sort_keys=True) + "\n")  # kept if the sweep is cut short
     return 0 if all(s == "ok" or s.startswith("skipped") for s in status.values()) else 1
 
 

@@ -9,8 +9,9 @@ PY=${PYTHON:-python}
 run() {  # name seed overrides...
   local name=$1 seed=$2; shift 2
   local dir="$ROOT/$name-seed$seed"
-  [ -s "$dir/model.npz" ] && return 0
-  nice -n 10 "$PY" -m fedapp run configs/fedselect-digits.toml "seed=$seed data-seed=$seed run-dir='$dir' $*" > "$ROOT/$name-seed$seed.log" 2>&1
+  [ -s "$dir/model.npz" ] && return 0   # finished; an interrupted run continues from its checkpoint (resume=true)
+  nice -n 10 "$PY" -m fedapp run configs/fedselect-digits.toml "seed=$seed data-seed=$seed run-dir='$dir' resume=true $*" \
+    > "$ROOT/$name-seed$seed.log" 2>&1 || { echo "failed: $dir (see $ROOT/$name-seed$seed.log)" >&2; exit 1; }
 }
 mkdir -p "$ROOT"
 for seed in 0 1 2; do

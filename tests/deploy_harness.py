@@ -26,7 +26,7 @@ from fedapp.deploy.certs import make_certs
 from fedapp.deploy.connection import write_connection
 from fedapp.deploy.keys import make_node_keys
 from fedapp.deploy.proxy import find_nginx
-from tests.flwr_harness import ROOT, free_port, toml_value
+from tests.flwr_harness import ROOT, free_port, shared_checkout, toml_value
 from tests.netns import Netns
 
 PY = sys.executable
@@ -207,9 +207,10 @@ class Federation:
 
     # -- runs -------------------------------------------------------------------------------
     def submit(self, run_config: dict[str, object], log_name: str) -> subprocess.Popen[bytes]:
-        """`flwr run . fedtest --stream --run-config ...` from the project root (the FAB is built from it)."""
+        """`flwr run <checkout> fedtest --stream --run-config ...`; the FAB is built from the session's copy of
+        the checkout (tests/flwr_harness.py), which has no .venv for the build to walk."""
         overrides = " ".join(f"{k}={toml_value(v)}" for k, v in run_config.items())
-        argv = [FLWR, "run", ".", CONNECTION, "--stream", "--run-config", overrides]
+        argv = [FLWR, "run", str(shared_checkout()), CONNECTION, "--stream", "--run-config", overrides]
         proc = self._spawn(argv, self.tmp / f"{log_name}.log", self.home, self.netns.link if self.netns else None)
         self.runs.append(proc)
         return proc

@@ -1,22 +1,31 @@
-"""Run `flwr run` (simulation, managed local SuperLink) in isolation for tests.
+"""Run `flwr run` (simulation, managed local SuperLink) and `fedapp sim` for tests.
 
-Each call gets its own FLWR_HOME under a temp folder and its own free ports, so
-tests can run beside a user's SuperLink; the SuperLink it spawned is stopped by PID
-(found by its FLWR_HOME in the command line) and nothing else is touched.
+Every run of a test session goes through one copy of this checkout (its tracked and unignored
+files: no .venv for Flower's app-bundle build to walk) and that copy's own managed SuperLink,
+on the FLWR_HOME and ports `fedapp.simenv` derives from the copy's path, exactly what a
+second checkout gets. The runs are sequential and each has its own run folder, so they share
+the SuperLink safely (and pay its start once). Tests can run beside a user's SuperLink; every
+SuperLink started here is stopped by PID when the session ends (tests/conftest.py), and
+nothing else is touched.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+from fedapp.simenv import checkout_env, superlink_pids
+
 ROOT = Path(__file__).resolve().parents[1]
 FLWR = str(Path(sys.executable).with_name("flwr"))
+_copies: list[Path] = []
 
 
 def free_port() -> int:
@@ -33,18 +42,31 @@ def toml_value(v: object) -> str:
     return repr(v)
 
 
-def superlink_pids(flwr_home: Path) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if "flower-superlink" in cmd and str(flwr_home) in cmd:
-            pids.append(int(proc.name))
-    return pids
+def copy_checkout(dest: Path) -> Path:
+    """A second checkout of this one at ``dest``: its tracked and unignored files, as they are now."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True)
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    _copies.append(dest)
+    return dest
+
+
+def shared_checkout() -> Path:
+    """The session's copy of the checkout, made on first use."""
+    if not _copies:
+        copy_checkout(Path(tempfile.mkdtemp(prefix="fedapp-tests-")) / "fedapp")
+    return _copies[0]
+
+
+def run_env(checkout: Path) -> dict[str, str]:
+    """The environment `scripts/flwr-env.sh` gives ``checkout``, with this interpreter's tools first on PATH."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(("FLWR_", "FEDAPP_"))}
+    env.update(checkout_env(checkout))
+    env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1")
+    return env
 
 
 def stop_superlink(flwr_home: Path) -> None:
@@ -59,25 +81,27 @@ def stop_superlink(flwr_home: Path) -> None:
             time.sleep(0.1)
 
 
+def stop_all() -> None:
+    """Stop the SuperLinks of every checkout copy made this session, and remove the copies."""
+    for copy in _copies:
+        stop_superlink(Path(checkout_env(copy)["FLWR_HOME"]))
+        shutil.rmtree(copy.parent, ignore_errors=True)
+    _copies.clear()
+
+
 def flwr_run(tmp: Path, run_config: dict[str, object], num_supernodes: int = 2, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """`flwr run . --stream` from the project root; returns the finished process."""
-    home = tmp / "flwr-home"
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "FLWR_HOME": str(home),
-        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-        "FLWR_TELEMETRY_ENABLED": "0",
-        "FLWR_DISABLE_UPDATE_CHECK": "1",
-        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
-        "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
-        "RAY_DISABLE_USAGE_STATS": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
+    """`flwr run <checkout> --stream` on the session's shared SuperLink; returns the finished process.
+    (``tmp`` is kept for callers; results go to the run-dir they name.)"""
+    checkout = shared_checkout()
     overrides = " ".join(f"{k}={toml_value(v)}" for k, v in run_config.items())
     federation = f"num-supernodes={num_supernodes} client-resources-num-cpus=1"
-    cmd = [FLWR, "run", ".", "--stream", "--run-config", overrides, "--federation-config", federation]
-    try:
-        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    finally:
-        stop_superlink(home)
+    cmd = [FLWR, "run", str(checkout), "--stream", "--run-config", overrides, "--federation-config", federation]
+    return subprocess.run(cmd, cwd=checkout, env=run_env(checkout), capture_output=True, text=True, timeout=timeout)
+
+
+def fedapp_sim(checkout: Path, args: list[str]) -> subprocess.Popen[str]:
+    """`python -m fedapp sim ARGS` started in ``checkout`` (so its own fedapp runs), as a user would."""
+    env = {k: v for k, v in run_env(checkout).items() if not k.startswith(("FLWR_", "FEDAPP_"))}  # the wrapper sets its own
+    return subprocess.Popen(
+        [sys.executable, "-m", "fedapp", "sim", *args], cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )

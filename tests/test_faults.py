@@ -80,7 +80,8 @@ def run(
 ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
     """A whole federation on the in-process grid; nodes beyond the third claim partition 0."""
     raw = full_config({**BASE, "run-dir": str(tmp_path / "run"), **(over or {})})
-    configs: list[dict[str, Any]] = [{} for _ in range(3)] + [{"partition-id": 0} for _ in range(nodes - 3)]
+    configs: list[dict[str, Any]] = [{"num-partitions": 3} for _ in range(3)]
+    configs += [{"partition-id": 0, "num-partitions": 3} for _ in range(nodes - 3)]
     out = serve(grid_cls(app, raw, nodes, configs), raw, discovery_timeout=5)
     with np.load(out / "model.npz") as model:
         return rows(out), {k: model[k] for k in model.files}
@@ -338,7 +339,7 @@ def test_a_malformed_discovery_answer_keeps_that_node_out(tmp_path: Path, probe:
 def test_a_partition_whose_node_is_online_cannot_be_claimed(tmp_path: Path, mid_run: bool) -> None:
     """A fourth node configured as partition 0 (a rogue, or a clone) never gets partition 0's tasks."""
     raw = full_config({**BASE, "run-dir": str(tmp_path / "run")})
-    grid = JoiningGrid(malicious_app(), raw, 4, [{}, {}, {}, {"partition-id": 0}])
+    grid = JoiningGrid(malicious_app(), raw, 4, [{"num-partitions": 3}] * 3 + [{"partition-id": 0, "num-partitions": 3}])
     grid.trained = not mid_run  # online from the start, or only after round 1's training
     out = rows(serve(grid, raw, discovery_timeout=5))
     assert [(r["clients"], r["failures"]) for r in out] == [(3, 0), (3, 0)]
@@ -350,7 +351,7 @@ def test_an_offline_nodes_partition_goes_to_the_node_that_claims_it_next(tmp_pat
     from client_app import app
 
     raw = full_config({**BASE, "run-dir": str(tmp_path)})
-    grid = LocalGrid(app, raw, 4, [{}, {}, {}, {"partition-id": 0}])
+    grid = LocalGrid(app, raw, 4, [{"num-partitions": 3}] * 3 + [{"partition-id": 0, "num-partitions": 3}])
     roster = Roster(grid, 3)
     roster.discover(5)
     assert roster.nodes == {0: 1000, 1: 1001, 2: 1002}

@@ -63,7 +63,7 @@ def test_resume_keeps_the_run_token_and_a_fresh_run_gets_a_new_one(tmp_path: Pat
     first = checkpoint.load(run).token  # type: ignore[union-attr]
     run_local({**BASE, "num-server-rounds": 2, "resume": True, "run-dir": str(run)})
     assert checkpoint.load(run).token == first  # type: ignore[union-attr]
-    run_local({**BASE, "num-server-rounds": 1, "run-dir": str(run)})
+    run_local({**BASE, "num-server-rounds": 1, "run-dir": str(run), "overwrite": True})
     assert checkpoint.load(run).token != first  # type: ignore[union-attr]
     assert [r["round"] for r in rows(run)] == [1]
 

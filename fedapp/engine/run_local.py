@@ -1,4 +1,11 @@
-"""Run a federation in-process (fedapp run): same code path as `flwr run`, no Ray."""
+"""Run a federation in-process (fedapp run): same code path as `flwr run`, no Ray.
+
+The in-process engine is its own federation, so it decides the node count that
+``num-clients = 0`` takes from the nodes elsewhere: the number of client groups an explicit
+partition lists (``"0,1|2,3"``: 2), the number of sources for ``partition = "source"``,
+else 2 (Flower's default simulated federation size). Relative run-dirs resolve against the
+working directory.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +13,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedapp.config import RunConfig, defaults_of
+from fedapp.config import PARTITION_RE, RunConfig, defaults_of
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.methods.registry import all_param_classes, resolve
 from fedapp.server import serve
+
+DEFAULT_NODES = 2  # flwr's default num-supernodes since 1.32
 
 
 def full_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -21,10 +30,26 @@ def full_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def node_count(cfg: RunConfig) -> int:
+    """How many nodes the in-process federation has: ``num-clients``, or where it is 0 the rule above."""
+    if cfg.num_clients:
+        return cfg.num_clients
+    if PARTITION_RE.match(cfg.partition):  # explicit class groups
+        return len(cfg.partition.split("|"))
+    if cfg.partition == "source":
+        from fedapp.data import dataset_for
+
+        groups = dataset_for(cfg).groups
+        if groups is not None:
+            return int(groups.max()) + 1
+    return DEFAULT_NODES
+
+
 def run_local(overrides: Mapping[str, Any], node_configs: list[dict[str, Any]] | None = None) -> Path:
     from client_app import app as client_app
 
     raw = full_config(overrides)
     cfg: RunConfig = resolve(raw)[0]
-    grid = LocalGrid(client_app, raw, cfg.num_clients, node_configs)
-    return serve(grid, raw, discovery_timeout=5.0)
+    nodes = cfg.num_clients or (len(node_configs) if node_configs else node_count(cfg))
+    grid = LocalGrid(client_app, raw, nodes, node_configs)
+    return serve(grid, raw, base=Path.cwd(), provenance={"engine": "in-process"})

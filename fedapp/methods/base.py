@@ -178,11 +178,19 @@ class ClientPolicy:
 
     def evaluate(self, job: ClientJob) -> dict[str, float]:
         """Accuracy of the model the client would use, on its local test split."""
-        from fedapp.evaluate import evaluate
+        return local_test_scores(job.model, job)
 
-        x, y = job.tensors("test")
-        acc, loss = evaluate(job.model, x, y)
-        return {"accuracy": acc, "loss": loss, "num-examples": int(x.shape[0])}
+
+def local_test_scores(model: nn.Module, job: ClientJob) -> dict[str, float]:
+    """Accuracy and loss of ``model`` on the client's local test split. On an empty split only
+    ``num-examples`` (0): a metric over zero samples is never reported as a number."""
+    from fedapp.evaluate import evaluate
+
+    x, y = job.tensors("test")
+    if x.shape[0] == 0:
+        return {"num-examples": 0}
+    acc, loss = evaluate(model, x, y)
+    return {"accuracy": acc, "loss": loss, "num-examples": int(x.shape[0])}
 
 
 def train_metrics(stats: TrainStats) -> dict[str, float]:

@@ -27,8 +27,7 @@ from torch import nn
 
 from fedapp import wire
 from fedapp.device import host_arrays, load_host_arrays
-from fedapp.evaluate import evaluate
-from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, Reply, ServerPolicy, train_metrics
+from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, Reply, ServerPolicy, local_test_scores, train_metrics
 from fedapp.train import TrainStats
 
 log = logging.getLogger("flwr")
@@ -136,17 +135,10 @@ class PersonalClient(ClientPolicy):
 
     def evaluate(self, job: ClientJob) -> dict[str, float]:
         """Accuracy of the client's own model (as left by its last local training)."""
-        x, y = job.tensors("test")
-        if x.shape[0] == 0:
-            raise ValueError(
-                f"client {job.pid} has no local test split: set samples-per-client (shard), local-test-source = 'test-set' "
-                "or local-test-fraction > 0"
-            )
         state = PersonalState.load(job)
         if state is not None and state.saved_round <= job.server_round:
             load_arrays(job.model, state.theta)
-        acc, loss = evaluate(job.model, x, y)
-        return {"accuracy": acc, "loss": loss, "num-examples": int(x.shape[0])}
+        return local_test_scores(job.model, job)
 
 
 class PersonalServer(ServerPolicy):

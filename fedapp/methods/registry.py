@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fedapp.config import ConfigError, RunConfig, check_known, fields_of, parse
+from fedapp.config import AUTO_LOCAL_TEST, PERSONAL_LOCAL_TEST, ConfigError, RunConfig, check_known, fields_of, parse
 
 if TYPE_CHECKING:
     from fedapp.methods.base import ClientPolicy, ServerPolicy
@@ -63,4 +64,14 @@ def resolve(raw: Mapping[str, Any]) -> tuple[RunConfig, Method, Any]:
     cfg = parse(RunConfig, raw)
     method = get_method(cfg.method)
     params = parse(method.params, raw) if method.params is not None else None
-    return cfg, method, params
+    return with_local_test_default(cfg, method), method, params
+
+
+def with_local_test_default(cfg: RunConfig, method: Method) -> RunConfig:
+    """``local-test-fraction = -1`` (the default): a quarter of each client's data where
+    clients are evaluated on their local test split (every personalised method, or
+    ``personalized-eval``), none otherwise, so FedAvg-style runs keep all data for training."""
+    if cfg.local_test_fraction != AUTO_LOCAL_TEST:
+        return cfg
+    personal = method.server.personalized_eval or cfg.personalized_eval
+    return dataclasses.replace(cfg, local_test_fraction=PERSONAL_LOCAL_TEST if personal else 0.0)

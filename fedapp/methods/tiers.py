@@ -25,9 +25,8 @@ import torch
 from fedapp.config import ConfigError, RunConfig, float_list, key, one_of, unit_interval
 from fedapp.data import dataset_for
 from fedapp.device import host_arrays, load_host_arrays
-from fedapp.evaluate import evaluate
 from fedapp.masks import model_param_masks, neuron_layout
-from fedapp.methods.base import ClientJob, NodeTask, Reply, Scalar, ServerPolicy
+from fedapp.methods.base import ClientJob, NodeTask, Reply, Scalar, ServerPolicy, local_test_scores
 from fedapp.methods.early_stop import EarlyStopping
 from fedapp.models import build_model
 
@@ -144,14 +143,16 @@ def load_state(model: torch.nn.Module, arrays: dict[str, np.ndarray]) -> None:
 
 def local_scores(model: torch.nn.Module, job: ClientJob) -> dict[str, float]:
     """Accuracy and loss on the local test split, in eval mode (BN statistics untouched)."""
-    x, y = job.tensors("test")
-    acc, loss = evaluate(model, x, y)
-    return {"accuracy": acc, "loss": loss, "num-examples": int(x.shape[0])}
+    return local_test_scores(model, job)
 
 
 def es_metrics(model: torch.nn.Module, job: ClientJob, train_loss: float, lam: float) -> dict[str, float]:
-    """The local-test loss of the trained model and the early-stopping loss (spec §1.3)."""
-    val_loss = local_scores(model, job)["loss"]
+    """The local-test loss of the trained model and the early-stopping loss (spec §1.3);
+    a client with no local test sample stops on its training loss alone."""
+    scores = local_scores(model, job)
+    if "loss" not in scores:
+        return {"es-loss": train_loss}
+    val_loss = scores["loss"]
     return {"val-loss": val_loss, "es-loss": lam * train_loss + (1 - lam) * val_loss}
 
 

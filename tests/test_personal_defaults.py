@@ -1,0 +1,96 @@
+"""Personalised methods work with their defaults on an ordinary non-IID split: each client
+holds out a quarter of its data (PFLlib's and FL-bench's convention) as its local test split,
+and a metric over zero samples is never reported as a number."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import Message, MetricRecord, RecordDict
+
+from fedapp.config import PERSONAL_LOCAL_TEST
+from fedapp.data import ClientData, client_data, client_indices
+from fedapp.data.sizes import SplitSize
+from fedapp.engine.run_local import full_config, run_local
+from fedapp.methods.base import ClientJob, ClientPolicy, ServerPolicy, local_test_scores
+from fedapp.methods.personal import PersonalClient
+from fedapp.methods.registry import resolve
+from fedapp.state import MemoryStore
+from fedapp.strategy import MaskedStrategy
+from tests.run_rows import outcome_rows as rows
+
+DIRICHLET = {"dataset": "digits", "partition": "dirichlet", "dirichlet-alpha": 0.3, "num-clients": 10, "num-server-rounds": 3}
+
+
+def test_the_default_is_a_quarter_where_clients_are_evaluated_and_none_elsewhere() -> None:
+    def fraction(**keys: object) -> float:
+        return resolve(full_config(keys))[0].local_test_fraction
+
+    assert PERSONAL_LOCAL_TEST == 0.25
+    for method in ("fedselect", "fedper", "local", "fedavg-ft", "fedspu", "fjord", "feddrop"):
+        assert fraction(method=method) == 0.25
+    assert fraction(method="fedavg", **{"personalized-eval": True}) == 0.25
+    for method in ("fedavg", "fedprox", "fedpews", "fedpart"):
+        assert fraction(method=method) == 0.0  # every sample still trains: FedAvg-style runs are unchanged
+    assert fraction(method="fedselect", **{"local-test-fraction": 0.1}) == 0.1  # stated values stay
+
+
+def accuracies(n: int) -> set[Fraction]:
+    return {Fraction(k, n) for k in range(n + 1)}
+
+
+@pytest.mark.parametrize("method", ["fedselect", "fedper", "local", "fedavg-ft", "fedspu"])
+def test_personalised_methods_run_with_defaults_on_dirichlet_digits(tmp_path: Path, method: str) -> None:
+    out = rows(run_local({**DIRICHLET, "method": method, "run-dir": str(tmp_path / method)}))
+    cfg = resolve(full_config({**DIRICHLET, "method": method}))[0]
+    sizes = [len(idx) for idx in client_indices(cfg)]
+    tests = [client_data(cfg, pid).y_test.size for pid in range(10)]
+    assert tests == [max(1, round(0.25 * n)) for n in sizes]  # a quarter of each client's own samples, none empty
+    possible = set().union(*(accuracies(t) for t in tests))  # an accuracy over t samples is k/t
+    assert [r["round"] for r in out] == [1, 2, 3]
+    for r in out:
+        assert r["evaluated_clients"] == 10 and r["failures"] == 0
+        lo, mean, hi = r["personalized_accuracy_min"], r["personalized_accuracy"], r["personalized_accuracy_max"]
+        assert 0 <= lo <= mean <= hi <= 1 and mean > 0.1  # digits has 10 classes: better than chance
+        assert any(abs(float(a) - lo) < 1e-12 for a in possible) and any(abs(float(a) - hi) < 1e-12 for a in possible)
+
+
+def empty_job(policy_method: str) -> ClientJob:
+    cfg, _, params = resolve(full_config({"method": policy_method}))
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
+    x = np.zeros((6, 4), np.float32)
+    d = ClientData(x, np.zeros(6, np.int64), x[:0], np.zeros(0, np.int64))
+    received = {k: np.ones(v.shape, bool) for k, v in model.state_dict().items()}
+    return ClientJob(cfg, params, 0, 1, {}, {}, model, received, d, MemoryStore(), torch.Generator())  # type: ignore[arg-type]
+
+
+def test_an_empty_local_test_split_reports_no_accuracy() -> None:
+    job = empty_job("fedselect")
+    assert local_test_scores(job.model, job) == {"num-examples": 0}
+    assert ClientPolicy(job.cfg, job.params).evaluate(job) == {"num-examples": 0}
+    assert PersonalClient(job.cfg, job.params).evaluate(job) == {"num-examples": 0}  # was: ValueError in every client
+
+
+def test_the_personalised_mean_is_over_clients_that_have_test_samples() -> None:
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1  # type: ignore[misc]
+    cfg = resolve(full_config({"personalized-eval": True}))[0]
+    strategy = MaskedStrategy(cfg, ServerPolicy(cfg, None, {}, {}), {0: 10, 1: 11})
+    strategy.eval_nodes = {0: 10, 1: 11}  # the evaluate tasks went there
+    strategy.sizes = (SplitSize(train=6, test=4), SplitSize(train=6, test=0))  # partition 1: no local test samples
+    ask = [Message(RecordDict(), dst_node_id=node, message_type="evaluate") for node in (10, 11)]
+    replies = [
+        Message(
+            RecordDict({"metrics": MetricRecord({"accuracy": 0.5, "loss": 1.0, "num-examples": 4, "partition-id": 0})}), reply_to=ask[0]
+        ),
+        Message(RecordDict({"metrics": MetricRecord({"num-examples": 0, "partition-id": 1})}), reply_to=ask[1]),
+    ]
+    strategy.aggregate_evaluate(1, replies)
+    assert strategy.eval_stats == {
+        "personalized_accuracy": 0.5, "personalized_accuracy_min": 0.5, "personalized_accuracy_max": 0.5, "evaluated_clients": 1,
+    }  # fmt: skip
