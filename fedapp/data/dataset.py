@@ -10,11 +10,14 @@ digits) are float32 already and have no image preprocessing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from fedapp.train import Augment
+if TYPE_CHECKING:  # torch is imported where a tensor is made, so `fedapp data` and the CLI start without it
+    import torch
+
+    from fedapp.train import Augment
 
 
 @dataclass(frozen=True)
@@ -35,10 +38,14 @@ class Normalization:
         return out
 
     def tensor(self, x: torch.Tensor) -> torch.Tensor:
+        import torch
+
         return torch.from_numpy(self(x.numpy()))
 
     def of_black(self) -> torch.Tensor:
         """The normalised value of a black pixel per channel (torchvision's fill=0 before Normalize)."""
+        import torch
+
         return torch.tensor([-m / s for m, s in zip(self.mean, self.std, strict=True)], dtype=torch.float32)
 
 

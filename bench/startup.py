@@ -1,0 +1,254 @@
+"""Start-up cost of fedapp under `flwr run`, against a bare Flower app, in one run.
+
+The bare app is what a new user writes from Flower's quickstart: stock ``FedAvg`` on a
+tiny torch MLP (64-32-10) over random data, torch imported at the top of both apps,
+generated into a temp folder. fedapp runs its defaults on digits (MLP, Dirichlet split)
+from a copy of an app folder without a virtual environment inside (this checkout's
+tracked files by default; ``--fedapp DIR`` for another, e.g. an older commit unpacked
+with ``git archive``). Both get the same federation (``--clients`` SuperNodes, one CPU
+each), 2 rounds, their own FLWR_HOME (so each starts its own local SuperLink) and ports.
+
+Measured per app, alternating bare / fedapp ``--repeats`` times: seconds from launching
+`flwr run` to the end of round 1 (the first metrics row / the bare app's round-1
+evaluate_fn call, polled on disk) and to the end of the run. ``--in-place`` also runs
+fedapp from this checkout as it is (a .venv inside is walked by Flower's FAB build),
+and the FAB build time of each folder is printed.
+
+    python bench/startup.py [--clients 10] [--repeats 1] [--fedapp DIR ...] [--in-place] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.flwr_harness import free_port, stop_superlink, toml_value  # noqa: E402
+
+BARE_PYPROJECT = """\
+[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "bareapp"
+version = "1.0.0"
+dependencies = ["flwr[simulation]", "torch"]
+
+[tool.hatch.build.targets.wheel]
+packages = ["."]
+
+[tool.flwr.app]
+publisher = "bench"
+
+[tool.flwr.app.components]
+serverapp = "bare_server:app"
+clientapp = "bare_client:app"
+
+[tool.flwr.app.config]
+num-server-rounds = 2
+marker = ""
+"""
+
+BARE_TASK = '''\
+"""A tiny MLP on random 8x8 "images", 130 per client (about digits' share of 10 clients)."""
+import numpy as np
+import torch
+from torch import nn
+
+
+def model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+
+
+def data(pid: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rng = np.random.default_rng(pid)
+    return torch.from_numpy(rng.random((130, 64), np.float32)), torch.from_numpy(rng.integers(0, 10, 130))
+
+
+def train(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    loss = torch.tensor(0.0)
+    for i in range(0, len(x), 32):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(net(x[i : i + 32]), y[i : i + 32])
+        loss.backward()
+        opt.step()
+    return float(loss)
+'''
+
+BARE_CLIENT = """\
+import torch
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from bare_task import data, model, train
+
+torch.set_num_threads(1)
+app = ClientApp()
+
+
+@app.train()
+def fit(msg: Message, context: Context) -> Message:
+    net = model()
+    net.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    x, y = data(int(context.node_config["partition-id"]))
+    loss = train(net, x, y)
+    content = RecordDict({"arrays": ArrayRecord(net.state_dict()), "metrics": MetricRecord({"train_loss": loss, "num-examples": len(x)})})
+    return Message(content=content, reply_to=msg)
+"""
+
+BARE_SERVER = """\
+import time
+from pathlib import Path
+
+import torch
+from flwr.app import ArrayRecord, Context
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg
+
+from bare_task import model
+
+torch.set_num_threads(1)
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    marker = Path(str(context.run_config["marker"]))
+    n = int(context.run_config["num-server-rounds"])
+
+    def done(server_round: int, arrays: ArrayRecord) -> None:
+        with marker.open("a") as fh:
+            fh.write(f"{server_round} {time.time()}\\n")
+
+    FedAvg(fraction_evaluate=0.0).start(grid, ArrayRecord(model().state_dict()), num_rounds=n, evaluate_fn=done)
+"""
+
+
+def write_bare_app(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    for name, text in {
+        "pyproject.toml": BARE_PYPROJECT, "bare_task.py": BARE_TASK, "bare_client.py": BARE_CLIENT, "bare_server.py": BARE_SERVER,
+    }.items():  # fmt: skip
+        (folder / name).write_text(textwrap.dedent(text))
+    return folder
+
+
+def copy_app(src: Path, dst: Path) -> Path:
+    """The app folder without virtual environments, run folders, git data or caches."""
+    skip = shutil.ignore_patterns(".venv", "runs", ".git", "__pycache__", "*.egg-info", ".mypy_cache", ".ruff_cache", ".pytest_cache")
+    shutil.copytree(src, dst, ignore=skip)
+    return dst
+
+
+def fab_seconds(app: Path) -> float:
+    from flwr.cli.build import build_fab_from_disk
+
+    start = time.perf_counter()
+    build_fab_from_disk(app)
+    return time.perf_counter() - start
+
+
+def first_round_done(kind: str, out: Path) -> bool:
+    if kind == "bare":
+        marker = out / "marker"
+        return marker.exists() and any(line.split()[0] == "1" for line in marker.read_text().splitlines() if line.strip())
+    metrics = out / "run" / "metrics.jsonl"
+    return metrics.exists() and metrics.read_text().endswith("\n")
+
+
+def launch(kind: str, app: Path, work: Path, clients: int) -> tuple[float, float]:
+    """`flwr run` ``app``; returns (seconds to the end of round 1, seconds to exit)."""
+    home = work / "flwr-home"
+    out = work / "out"
+    out.mkdir(parents=True)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "FLWR_HOME": str(home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_TELEMETRY_ENABLED": "0",
+        "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_DISABLE_USAGE_STATS": "1",
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()), "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
+    }  # fmt: skip
+    if kind == "bare":
+        config = {"num-server-rounds": 2, "marker": str(out / "marker")}
+    else:
+        config = {"num-clients": clients, "num-server-rounds": 2, "run-dir": str(out / "run")}
+    overrides = " ".join(f"{k}={toml_value(v)}" for k, v in config.items())
+    cmd = [str(Path(sys.executable).with_name("flwr")), "run", str(app), "--stream", "--run-config", overrides,
+           "--federation-config", f"num-supernodes={clients} client-resources-num-cpus=1"]  # fmt: skip
+    log = (work / "flwr.log").open("w")
+    start = time.perf_counter()
+    first = float("nan")
+    try:
+        proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+        while proc.poll() is None:
+            if first != first and first_round_done(kind, out):
+                first = time.perf_counter() - start
+            time.sleep(0.05)
+        total = time.perf_counter() - start
+        if first != first and first_round_done(kind, out):
+            first = total
+    finally:
+        log.close()
+        stop_superlink(home)
+    if first != first:
+        sys.exit(f"{kind}: no round finished; log: {work / 'flwr.log'}\n{(work / 'flwr.log').read_text()[-3000:]}")
+    return first, total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clients", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument(
+        "--fedapp", type=Path, action="append", help="fedapp app folder to copy and run (default: this checkout); repeat to compare several"
+    )
+    ap.add_argument("--in-place", action="store_true", help="also run fedapp from this checkout as it is (.venv inside)")
+    ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs) and print its path")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="fedapp-startup-"))
+    try:
+        bare = write_bare_app(tmp / "bareapp")
+        folders = args.fedapp or [ROOT]
+        apps = {"bare Flower": ("bare", bare)}
+        for i, folder in enumerate(folders):
+            name = "fedapp" if len(folders) == 1 else f"fedapp:{folder.resolve().name}"
+            apps[name] = ("fedapp", copy_app(folder.resolve(), tmp / f"fedapp-{i}"))
+        if args.in_place:
+            apps["fedapp in place"] = ("fedapp", ROOT)
+        fab = {name: fab_seconds(app) for name, (_, app) in apps.items()}
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in apps}
+        for rep in range(args.repeats):
+            for name, (kind, app) in apps.items():
+                times[name].append(launch(kind, app, tmp / f"{name.replace(' ', '-')}-{rep}", args.clients))
+        print(f"{args.clients} SuperNodes (1 CPU each), 2 rounds, {args.repeats} run(s) per app (median)")
+        print(f"fedapp from {', '.join(map(str, folders))}")
+        print(f"{'app':<24}{'FAB build s':>12}{'to round 1 s':>14}{'total s':>10}")
+        med = {n: (statistics.median(t[0] for t in ts), statistics.median(t[1] for t in ts)) for n, ts in times.items()}
+        for name in apps:
+            print(f"{name:<24}{fab[name]:>12.2f}{med[name][0]:>14.1f}{med[name][1]:>10.1f}")
+        base = med["bare Flower"][0]
+        for name in apps:
+            if name != "bare Flower":
+                print(f"{name}: start to round 1 adds {med[name][0] - base:+.1f} s to the bare app's (ratio {med[name][0] / base:.2f})")
+    finally:
+        if args.keep:
+            print(f"logs kept in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
