@@ -15,11 +15,12 @@ from fedapp.energy.cli import add_energy
 
 def cmd_run(args: argparse.Namespace) -> int:
     from fedapp.engine.run_local import run_local
+    from fedapp.progress import interactive
 
     overrides = {}
     for item in args.config:
         overrides.update(load_toml_config(item) if Path(item).suffix == ".toml" else parse_overrides(item))
-    out = run_local(overrides)
+    out = run_local(overrides, progress=interactive() and not args.no_progress)
     print(f"results in {out}")
     return 0
 
@@ -48,6 +49,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run a federation in-process (same server/client code as `flwr run`, no Ray)")
     r.add_argument("config", nargs="*", help='run-config TOML files and/or "key=value ..." overrides, applied in order')
+    r.add_argument("--no-progress", action="store_true", help="one log line per round, not the progress bar (shown in a terminal)")
     r.set_defaults(fn=cmd_run)
     rep = sub.add_parser("report", help="plot and tabulate run folders")
     rep.add_argument("runs", nargs="+", help="run folders (each with metrics.jsonl and config.json)")

@@ -21,8 +21,10 @@ from fedapp import checkpoint, wire
 from fedapp.data import check_partition, dataset_for
 from fedapp.energy.ledger import Ledger
 from fedapp.evaluate import evaluate
+from fedapp.logs import log_meters
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
+from fedapp.progress import RoundLog, RoundReporter
 from fedapp.results import RunWriter, resolved_config
 from fedapp.roster import Roster
 from fedapp.runtime import configure_threads
@@ -42,9 +44,11 @@ def central_eval(
     return evaluate(model, x, y, prepare=prepare)
 
 
-def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 120.0) -> Path:
-    """Run a whole federation on ``grid`` (or, with ``resume=true``, the rest of it); returns the run folder."""
+def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 120.0, report: RoundReporter | None = None) -> Path:
+    """Run a whole federation on ``grid`` (or, with ``resume=true``, the rest of it); returns the run folder.
+    ``report`` sees each round's metrics row (default: one log line per round)."""
     cfg, method, params = resolve(raw_config)
+    report = report or RoundLog(cfg.num_server_rounds)
     configure_threads(cfg.num_threads)
     ds = dataset_for(cfg)
     check_partition(cfg)
@@ -60,8 +64,7 @@ def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 
     roster.discover(discovery_timeout)
     meters = {str(p): str(f.get("energy-meter", "unknown")) for p, f in roster.info.items()}
     writer.write_json("meters.json", meters)
-    for text in sorted(set(meters.values())):
-        log.info("clients %s: %s", ",".join(p for p, m in meters.items() if m == text), text)
+    log_meters(meters)
     ledger = Ledger()
     policy = method.server(cfg, params, initial, roster.info)
     strategy = MaskedStrategy(cfg, policy, roster.nodes)
@@ -97,7 +100,7 @@ def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 
         row["seconds"] = time.perf_counter() - start
         row.update(ledger.round_row(row["seconds"], t_start, time.time(), strategy.stats.client_metrics, strategy.eval_client_metrics))
         writer.append(row)
-        log.info("round %d: accuracy %.4f loss %.4f clients %d failures %d", rnd, acc, loss, row["clients"], row["failures"])
+        report(rnd, row)
         done = policy.finished(rnd)
         checkpoint.save(cfg.run_dir, checkpoint.Checkpoint(rnd, arrays, policy.state(), strategy.rng.getstate(), token, done))
     writer.save_model(policy.eval_arrays(arrays))  # the model that was evaluated
