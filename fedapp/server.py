@@ -81,7 +81,7 @@ def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 
             log.info("method finished after round %d", rnd - 1)
             break
         start, t_start = time.perf_counter(), time.time()
-        strategy.eval_client_metrics = {}
+        strategy.eval_client_metrics, strategy.eval_stats = {}, {}
         if rnd > first:
             strategy.nodes = roster.refresh(cfg.round_timeout)
         replies = grid.send_and_receive(strategy.configure_train(rnd, record, run_config, grid), timeout=cfg.round_timeout)

@@ -147,7 +147,7 @@ class MaskedStrategy(Strategy):
 
     # -- evaluation (personalised methods, or personalized-eval = true) ---------------
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        if not (self.policy.personalized_eval or self.cfg.personalized_eval):
+        if not (self.policy.personalized_eval or self.cfg.personalized_eval) or not self.personal_eval_round(server_round):
             return []
         messages = []
         for pid in sorted(self.nodes):
@@ -157,6 +157,12 @@ class MaskedStrategy(Strategy):
             content = RecordDict({"arrays": arrays, "config": cfg})
             messages.append(self._message(content, pid, MessageType.EVALUATE, server_round))
         return messages
+
+    def personal_eval_round(self, server_round: int) -> bool:
+        """Rounds that evaluate every client: multiples of personalized-eval-every, and the last
+        round (the configured one, or the one the method stops after)."""
+        every, last = self.cfg.personalized_eval_every, self.cfg.num_server_rounds
+        return server_round % every == 0 or server_round == last or self.policy.finished(server_round)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         ok = [{k: float(v) for k, v in m.content["metrics"].items()} for m in replies if not m.has_error()]  # type: ignore[arg-type]
