@@ -144,6 +144,7 @@ class RunConfig:
     energy_rails: str = key("", doc="Jetson rails / RAPL domains / NVML GPU indices to sum, comma-separated; empty: the meter's default")
     energy_sysfs_root: str = key("/sys", doc="sysfs root the jetson and rapl meters read (e.g. a host /sys mounted into a container)")
     energy_tegrastats: str = key("tegrastats", doc="tegrastats command (--interval is appended) or a tegrastats --logfile to follow")
+    tensorboard: bool = key(False, doc="also write each round's metrics to <run-dir>/tensorboard (needs the tensorboard package)")
 
     @property
     def hidden_widths(self) -> tuple[int, ...]:

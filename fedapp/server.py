@@ -29,6 +29,7 @@ from fedapp.results import RunWriter, resolved_config
 from fedapp.roster import Roster
 from fedapp.runtime import configure_threads
 from fedapp.strategy import MaskedStrategy
+from fedapp.tensorboard_sink import open_sink
 
 log = logging.getLogger("flwr")
 
@@ -49,6 +50,7 @@ def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 
     ``report`` sees each round's metrics row (default: one log line per round)."""
     cfg, method, params = resolve(raw_config)
     report = report or RoundLog(cfg.num_server_rounds)
+    sink = open_sink(cfg)  # a missing tensorboard package stops the run here, before any training
     configure_threads(cfg.num_threads)
     ds = dataset_for(cfg)
     check_partition(cfg)
@@ -100,8 +102,12 @@ def serve(grid: Grid, raw_config: Mapping[str, Any], discovery_timeout: float = 
         row["seconds"] = time.perf_counter() - start
         row.update(ledger.round_row(row["seconds"], t_start, time.time(), strategy.stats.client_metrics, strategy.eval_client_metrics))
         writer.append(row)
+        if sink is not None:
+            sink.add(row)
         report(rnd, row)
         done = policy.finished(rnd)
         checkpoint.save(cfg.run_dir, checkpoint.Checkpoint(rnd, arrays, policy.state(), strategy.rng.getstate(), token, done))
     writer.save_model(policy.eval_arrays(arrays))  # the model that was evaluated
+    if sink is not None:
+        sink.close()
     return writer.dir
