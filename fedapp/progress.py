@@ -104,6 +104,8 @@ class GridProgress:
 
 def quiet_rounds() -> None:
     """Inside a grid: Flower's log at warnings only (the grid's bar shows the progress)."""
+    import flwr.common.logger  # noqa: F401  (sets the "flwr" logger's level when first imported: before ours)
+
     logging.getLogger("flwr").setLevel(logging.WARNING)
 
 
