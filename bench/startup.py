@@ -14,7 +14,13 @@ evaluate_fn call, polled on disk) and to the end of the run. ``--in-place`` also
 fedapp from this checkout as it is (a .venv inside is walked by Flower's FAB build),
 and the FAB build time of each folder is printed.
 
-    python bench/startup.py [--clients 10] [--repeats 1] [--fedapp DIR ...] [--in-place] [--keep]
+Wall times on a shared machine swing by tens of seconds, so the CPU seconds of each
+process's cold path are measured too, each in a fresh interpreter (``--cold-only``
+skips the `flwr run` part): a client worker's (import the ClientApp, answer discovery
+for fedapp, handle the first train message) and the server's (import the ServerApp and
+get ready for round 1: fedapp's run-config, data, split and model, up to discovery).
+
+    python bench/startup.py [--clients 10] [--repeats 1] [--fedapp DIR ...] [--in-place] [--cold-only] [--cold-repeats 3] [--keep]
 """
 
 from __future__ import annotations
@@ -137,6 +143,99 @@ def main(grid: Grid, context: Context) -> None:
 """
 
 
+# Cold paths, each run by a fresh interpreter in the app's folder (so that folder's modules
+# are the ones imported); they print the process's CPU seconds.
+CLIENT_COLD = {
+    "bare": """
+import time; t0 = time.process_time()
+import numpy as np
+from flwr.app import ConfigRecord, MessageType, RecordDict
+import bare_client
+from fedapp import wire
+from fedapp.engine.local_grid import LocalGrid
+grid = LocalGrid(bare_client.app, {{}}, {clients})
+content = RecordDict({{"arrays": wire.to_record(dict(np.load({arrays!r}))), "config": ConfigRecord({{}})}})
+msg = grid.create_message(content, MessageType.TRAIN, 1000, "1")
+assert not grid.send_and_receive([msg])[0].has_error()
+print(time.process_time() - t0)
+""",
+    "fedapp": """
+import time; t0 = time.process_time()
+import numpy as np
+from flwr.app import ConfigRecord, MessageType, RecordDict
+import client_app
+from fedapp import wire
+from fedapp.engine.local_grid import LocalGrid
+grid = LocalGrid(client_app.app, {raw!r}, {clients})
+query = grid.create_message(RecordDict({{"config": ConfigRecord({{}})}}), MessageType.QUERY, 1000, "0")
+assert not grid.send_and_receive([query])[0].has_error()
+config = ConfigRecord({{"server-round": 1, "partition-id": 0}})
+content = RecordDict({{"arrays": wire.to_record(dict(np.load({arrays!r}))), "config": config}})
+reply = grid.send_and_receive([grid.create_message(content, MessageType.TRAIN, 1000, "1")])[0]
+assert not reply.has_error(), reply.error
+print(time.process_time() - t0)
+""",
+}
+SERVER_COLD = {
+    "bare": """
+import time; t0 = time.process_time()
+import bare_server
+from flwr.app import ArrayRecord
+ArrayRecord(bare_server.model().state_dict())
+print(time.process_time() - t0)
+""",
+    "fedapp": """
+import time; t0 = time.process_time()
+import server_app
+from fedapp.config import ConfigError
+from fedapp.engine.local_grid import LocalGrid
+from fedapp.server import serve
+class NoNodes(LocalGrid):
+    def get_node_ids(self):
+        return []
+try:
+    serve(NoNodes(None, {raw!r}, 0), {raw!r}, discovery_timeout=0.01)
+except ConfigError:
+    pass  # no node answered: everything before discovery has run
+print(time.process_time() - t0)
+""",
+}
+INITIAL = {
+    "bare": """
+import numpy as np, bare_task
+np.savez({out!r}, **{{k: v.numpy() for k, v in bare_task.model().state_dict().items()}})
+""",
+    "fedapp": """
+import numpy as np
+from fedapp.data import dataset_for
+from fedapp.methods.registry import resolve
+from fedapp.models import build_model
+cfg = resolve({raw!r})[0]
+ds = dataset_for(cfg)
+np.savez({out!r}, **{{k: v.numpy() for k, v in build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed).state_dict().items()}})
+""",
+}
+
+
+def python(code: str, cwd: Path) -> str:
+    env = {**os.environ, "PYTHONPATH": f"{cwd}{os.pathsep}{ROOT}", "FLWR_TELEMETRY_ENABLED": "0"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        sys.exit(f"cold path failed in {cwd}:\n{out.stderr[-3000:]}")
+    return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+
+
+def cold_seconds(kind: str, app: Path, work: Path, clients: int) -> tuple[float, float]:
+    """CPU seconds of (a client worker's, the server's) cold path, each in a fresh interpreter."""
+    work.mkdir(parents=True, exist_ok=True)
+    raw = {"num-clients": clients, "num-server-rounds": 2, "run-dir": str(work / "run"), "energy-meter": "auto"}
+    arrays = str(work / "initial.npz")
+    python(INITIAL[kind].format(raw=raw, out=arrays), app)
+    client = float(python(CLIENT_COLD[kind].format(raw=raw, arrays=arrays, clients=clients), app))
+    server = float(python(SERVER_COLD[kind].format(raw=raw), app))
+    return client, server
+
+
 def write_bare_app(folder: Path) -> Path:
     folder.mkdir(parents=True)
     for name, text in {
@@ -217,6 +316,8 @@ def main() -> None:
     )
     ap.add_argument("--in-place", action="store_true", help="also run fedapp from this checkout as it is (.venv inside)")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs) and print its path")
+    ap.add_argument("--cold-only", action="store_true", help="only the CPU seconds of the cold paths (no flwr run)")
+    ap.add_argument("--cold-repeats", type=int, default=3)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="fedapp-startup-"))
     try:
@@ -228,13 +329,28 @@ def main() -> None:
             apps[name] = ("fedapp", copy_app(folder.resolve(), tmp / f"fedapp-{i}"))
         if args.in_place:
             apps["fedapp in place"] = ("fedapp", ROOT)
+        samples: dict[str, list[tuple[float, float]]] = {name: [] for name in apps}
+        for rep in range(args.cold_repeats):  # interleaved, so a load swing hits every app
+            for name, (kind, app) in apps.items():
+                folder = tmp / "cold" / f"{name.replace(':', '-').replace(' ', '-')}-{rep}"
+                samples[name].append(cold_seconds(kind, app, folder, args.clients))
+        cold = {n: (statistics.median(c for c, _ in v), statistics.median(s for _, s in v)) for n, v in samples.items()}
+        print(f"cold paths, CPU seconds in a fresh interpreter ({args.clients} clients; median of {args.cold_repeats})")
+        print(f"{'app':<24}{'client worker':>14}{'server':>10}")
+        for name, (c, srv) in cold.items():
+            print(f"{name:<24}{c:>14.2f}{srv:>10.2f}")
+        for name in cold:
+            if name != "bare Flower":
+                dc, ds = cold[name][0] - cold["bare Flower"][0], cold[name][1] - cold["bare Flower"][1]
+                print(f"{name}: {dc:+.2f} s per client worker, {ds:+.2f} s on the server against the bare app")
+        if args.cold_only:
+            return
         fab = {name: fab_seconds(app) for name, (_, app) in apps.items()}
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in apps}
         for rep in range(args.repeats):
             for name, (kind, app) in apps.items():
-                times[name].append(launch(kind, app, tmp / f"{name.replace(' ', '-')}-{rep}", args.clients))
-        print(f"{args.clients} SuperNodes (1 CPU each), 2 rounds, {args.repeats} run(s) per app (median)")
-        print(f"fedapp from {', '.join(map(str, folders))}")
+                times[name].append(launch(kind, app, tmp / f"{name.replace(' ', '-').replace(':', '-')}-{rep}", args.clients))
+        print(f"\nflwr run: {args.clients} SuperNodes (1 CPU each), 2 rounds, {args.repeats} run(s) per app (median)")
         print(f"{'app':<24}{'FAB build s':>12}{'to round 1 s':>14}{'total s':>10}")
         med = {n: (statistics.median(t[0] for t in ts), statistics.median(t[1] for t in ts)) for n, ts in times.items()}
         for name in apps:
