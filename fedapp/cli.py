@@ -23,8 +23,9 @@ def overrides_of(items: list[str]) -> dict[str, object]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from fedapp.engine.run_local import run_local
+    from fedapp.progress import interactive
 
-    out = run_local(overrides_of(args.config))
+    out = run_local(overrides_of(args.config), progress=interactive() and not args.no_progress)
     print(f"results in {out}")
     return 0
 
@@ -59,6 +60,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run a federation in-process (same server/client code as `flwr run`, no Ray)")
     r.add_argument("config", nargs="*", help='run-config TOML files and/or "key=value ..." overrides, applied in order')
+    r.add_argument("--no-progress", action="store_true", help="one log line per round, not the progress bar (shown in a terminal)")
     r.set_defaults(fn=cmd_run)
     sim = sub.add_parser("sim", help="`flwr run` (Ray simulation) on this checkout's own SuperLink; exits 1 with the reason if it failed")
     sim.add_argument("config", nargs="*", help='run-config TOML files and/or "key=value ..." overrides, applied in order')

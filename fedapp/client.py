@@ -15,23 +15,20 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Message, MetricRecord, RecordDict
 
 from fedapp import wire
 from fedapp.aggregate import is_averaged
 from fedapp.client_cache import ProcessModel, global_arrays, process_model, resolve_once
-from fedapp.config import ConfigError, RunConfig
+from fedapp.config import RunConfig
 from fedapp.data import dataset_for
 from fedapp.data.on_device import client_tensors
-from fedapp.device import describe, host_arrays, load_host_arrays, node_device
-from fedapp.energy.auto import MeterSettings, process_sampler
+from fedapp.device import host_arrays, load_host_arrays, node_device
 from fedapp.energy.phases import client_meter, phase, phase_metrics
 from fedapp.methods.base import ClientJob, ClientPolicy
 from fedapp.runtime import configure_threads
 from fedapp.state import ContextStore, DiskStore, StateStore, token_folder
 from fedapp.strategy import RESERVED
-
-NODE_FACTS = ("tier", "active-fraction", "device-name", "num-partitions")
 
 
 def state_store(cfg: RunConfig, context: Context, run_token: str = "") -> StateStore:
@@ -119,25 +116,3 @@ def handle_evaluate(msg: Message, context: Context) -> Message:
         metrics = policy.evaluate(job)
     metrics = {**metrics, "partition-id": job.pid, **phase_metrics("eval", window, meter, job.pid, context.state)}
     return Message(RecordDict({"metrics": MetricRecord({k: float(v) for k, v in metrics.items()})}), reply_to=msg)
-
-
-def handle_query(msg: Message, context: Context) -> Message:
-    """Tell the server who this node is: its partition, device facts and energy meter
-    (opened here, so a meter named but absent stops the run at discovery)."""
-    nc = context.node_config
-    info: dict[str, int | float | str] = {"partition-id": int(nc["partition-id"])}  # type: ignore[arg-type]
-    for k in NODE_FACTS:
-        if k in nc:
-            info[k] = nc[k]  # type: ignore[assignment]
-    try:
-        cfg = resolve_once(context.run_config)[0]
-        device = node_device(cfg, nc)
-    except ConfigError as err:
-        info["device-error"] = str(err)
-        return Message(RecordDict({"info": ConfigRecord(info)}), reply_to=msg)  # type: ignore[arg-type]
-    info["device"] = describe(device)
-    try:
-        info["energy-meter"] = process_sampler(MeterSettings.of(cfg, nc, device))[1]
-    except ConfigError as err:
-        info["energy-error"] = str(err)
-    return Message(RecordDict({"info": ConfigRecord(info)}), reply_to=msg)  # type: ignore[arg-type]

@@ -170,6 +170,9 @@ class RunConfig:
         "own-data: rest of the client's shards, else local-test-fraction of its data; test-set: its shards of the test set",
     )  # fmt: skip
     personalized_eval: bool = key(False, doc="evaluate every client on its local test split each round (on for personalised methods)")
+    personalized_eval_every: int = key(
+        1, positive, "personalised evaluation (every client) in rounds that are multiples of this, and in the last round"
+    )
     model: str = key("mlp", one_of("mlp", "cnn", "cnn-bn", "resnet8", "resnet18", "fedspu-emnist", "fedspu-cifar10", "fedspu-speech"))
     mlp_hidden: str = key("64,64", int_list, "hidden widths of the MLP")
     num_server_rounds: int = key(10, positive)
@@ -200,6 +203,7 @@ class RunConfig:
     energy_meter: str = key("auto", energy_meter_check, "power/energy meter each client samples (docs/energy.md)")
     energy_interval: float = key(0.1, positive, "seconds between background meter readings")
     energy_rails: str = key("", doc="Jetson rails / RAPL domains / NVML GPU indices to sum, comma-separated; empty: the meter's default")
+    tensorboard: bool = key(False, doc="also write each round's metrics to <run-dir>/tensorboard (needs the tensorboard package)")
 
     @property
     def hidden_widths(self) -> tuple[int, ...]:

@@ -22,12 +22,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedapp.report_plot import plot
+from fedapp.report_provenance import provenance
 from fedapp.report_sections import group_target, per_seed_table, warmup_table
 from fedapp.results import read_config, read_metrics
 
 ENERGY_KEYS = ("round_j", "external_j")  # on-device meters first, then a joined wall-plug log
 
-IGNORED_IN_GROUPING = {"seed", "run-dir", "resume", "overwrite", "discovery-timeout"}  # the last three: how a run started
+IGNORED_IN_GROUPING = {"seed", "run-dir", "resume", "overwrite", "discovery-timeout", "provenance"}  # how and where a run started
+
+TABLE_NOTE = (
+    "Cells are mean ± std over a group's seeds. Rounds to target: over the seeds that reach it, "
+    "with (k/n) when only k of n do; NA (r): only one seed does, at round r; ×: no seed reaches it. "
+    "MB: 10^6 bytes of arrays sent (Flower's ArrayRecord.count_bytes: values, npy headers, names)."
+)
 
 
 @dataclass
@@ -145,7 +153,7 @@ def table(runs: list[Run], target: float | None, key: str = "accuracy", ignore: 
             f"{rounds_cell([r.rounds_to(t, key) for r in group])}{shown} | {mean_std(up, digits=3)} | {mean_std(down, digits=3)} |"
             + (energy_cells(group, t, key) if energy else "")
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + TABLE_NOTE + "\n"
 
 
 def energy_cells(group: list[Run], target: float, key: str) -> str:
@@ -195,41 +203,6 @@ def savings(runs: list[Run], baseline: str, key: str = "accuracy", ignore: froze
     return "\n".join(lines) + "\n"
 
 
-BYTES_LABEL = {"up": "upload", "down": "download", "both": "up + down"}
-
-
-def plot(runs: list[Run], out: Path, key: str = "accuracy", direction: str = "both") -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    energy = any(r.energy_key for r in runs)
-    fig, axes = plt.subplots(1, 3 if energy else 2, figsize=(18 if energy else 12, 4.5))
-    ax_r, ax_b = axes[0], axes[1]
-    for run in runs:
-        kept = [r for r in run.rows if r.get(key) is not None]
-        acc = [float(r[key]) for r in kept]
-        ax_r.plot([int(r["round"]) for r in kept], acc, label=run.label)
-        ax_b.plot([b / 1e6 for b in run.cumulative_bytes(direction)][: len(acc)], acc, label=run.label)
-        cum = run.cumulative_joules()
-        if energy and cum is not None:
-            at = {id(r): j for r, j in zip(run.rows, cum, strict=True)}
-            axes[2].plot([at[id(r)] for r in kept], acc, label=run.label)
-    ax_r.set(xlabel="round", ylabel=key, title=f"{key} by round")
-    ax_b.set(xlabel=f"cumulative MB on the wire ({BYTES_LABEL[direction]})", ylabel=key, title=f"{key} by communication")
-    if energy:
-        axes[2].set(xlabel="cumulative joules (all meters)", ylabel=key, title=f"{key} by energy")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-    ax_r.legend(fontsize=7)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
-
-
 def report(
     paths: Sequence[str | Path],
     out_dir: str | Path,
@@ -255,8 +228,9 @@ def report(
         md += "\n" + per_seed_table(groups, target, key)
     if warmup:
         md += "\n" + warmup_table(groups)
+    md += "\n" + provenance(groups, ignore)
     out = Path(out_dir)
-    png = plot(runs, out / f"{key}.png", key, direction)
+    png = plot(groups, out / f"{key}.png", key, direction)
     (out / "report.md").write_text(md + f"\n![{key}]({png.name})\n")
     return md, png
 

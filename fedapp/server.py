@@ -26,14 +26,17 @@ from fedapp.data import Dataset, check_partition, dataset_for
 from fedapp.device import describe, load_host_arrays, process_device
 from fedapp.energy.ledger import Ledger
 from fedapp.evaluate import evaluate
+from fedapp.logs import log_meters
 from fedapp.methods.registry import Method, resolve
 from fedapp.models import build_model
+from fedapp.progress import RoundLog, RoundReporter
 from fedapp.provenance import collect
 from fedapp.results import RunWriter, resolved_config
 from fedapp.roster import Roster
 from fedapp.run_checks import check_run
 from fedapp.runtime import configure_threads
 from fedapp.strategy import MaskedStrategy
+from fedapp.tensorboard_sink import TensorBoardSink, open_sink
 
 log = logging.getLogger("flwr")
 
@@ -51,12 +54,13 @@ def central_eval(
 
 def serve(
     grid: Grid, raw_config: Mapping[str, Any], base: Path | None = None, provenance: dict[str, Any] | None = None,
-    discovery_timeout: float | None = None,
+    discovery_timeout: float | None = None, report: RoundReporter | None = None,
 ) -> Path:  # fmt: skip
     """Run a whole federation on ``grid`` (or, with ``resume=true``, the rest of it); returns the run folder.
 
     ``base`` is the folder a relative (or default) run-dir resolves against; ``discovery_timeout``
-    overrides the run-config's ``discovery-timeout``. Nothing in the run
+    overrides the run-config's ``discovery-timeout``; ``report`` sees each round's metrics row
+    (default: one log line per round). Nothing in the run
     folder changes until the config is valid, the folder may be used (fedapp.rundir), its lock
     is held and discovery found every partition; a failure after the lock is recorded in the
     folder's failure.json (what `fedapp sim` reports)."""
@@ -65,6 +69,7 @@ def serve(
     device = process_device(cfg.device)  # central evaluation runs on the server's own device
     run_dir = rundir.resolve(cfg.run_dir, cfg.method, cfg.dataset, base)
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
+    sink = open_sink(cfg)  # a missing tensorboard package stops the run here, before any training
     if cfg.num_clients:  # a split or setting that cannot work fails before any waiting
         check_settings(cfg, method, params, raw_config)
     lock = rundir.RunLock(run_dir).acquire()
@@ -100,7 +105,11 @@ def serve(
         writer.write_json("devices.json", {"server": describe(device), "clients": devices})
         for text in sorted(set(devices.values())):
             log.info("clients %s train on %s", ",".join(p for p, d in devices.items() if d == text), text)
-        rounds(grid, cfg, method, params, ds, model, initial, roster, writer, ckpt)
+        try:
+            rounds(grid, cfg, method, params, ds, model, initial, roster, writer, ckpt, report or RoundLog(cfg.num_server_rounds), sink)
+        finally:
+            if sink is not None:
+                sink.close()
     except BaseException as err:
         rundir.record_failure(run_dir, one_line(err), "rounds" if started else "start")
         raise
@@ -124,12 +133,12 @@ def one_line(err: BaseException) -> str:
 def rounds(
     grid: Grid, cfg: RunConfig, method: Method, params: Any, ds: Dataset, model: torch.nn.Module,
     initial: dict[str, np.ndarray], roster: Roster, writer: RunWriter, ckpt: checkpoint.Checkpoint | None,
+    report: RoundReporter, sink: TensorBoardSink | None,
 ) -> None:  # fmt: skip
     """The round loop proper, from the first round not yet checkpointed."""
     meters = {str(p): str(f.get("energy-meter", "unknown")) for p, f in roster.info.items()}
     writer.write_json("meters.json", meters)
-    for text in sorted(set(meters.values())):
-        log.info("clients %s: %s", ",".join(p for p, m in meters.items() if m == text), text)
+    log_meters(meters)
     ledger = Ledger()
     policy = method.server(cfg, params, initial, roster.info)
     strategy = MaskedStrategy(cfg, policy, roster.nodes)
@@ -147,7 +156,7 @@ def rounds(
             log.info("method finished after round %d", rnd - 1)
             break
         start, t_start = time.perf_counter(), time.time()
-        strategy.eval_client_metrics = {}
+        strategy.eval_client_metrics, strategy.eval_stats = {}, {}
         if rnd > first:
             strategy.nodes = roster.refresh(cfg.round_timeout)
         train_msgs = strategy.configure_train(rnd, record, run_config, grid)
@@ -167,7 +176,9 @@ def rounds(
         row["seconds"] = time.perf_counter() - start
         row.update(ledger.round_row(row["seconds"], t_start, time.time(), strategy.stats.client_metrics, strategy.eval_client_metrics))
         writer.append(row)
-        log.info("round %d: accuracy %.4f loss %.4f clients %d failures %d", rnd, acc, loss, row["clients"], row["failures"])
+        if sink is not None:
+            sink.add(row)
+        report(rnd, row)
         done = policy.finished(rnd)
         checkpoint.save(cfg.run_dir, checkpoint.Checkpoint(rnd, arrays, policy.state(), strategy.rng.getstate(), token, done, config))
     writer.save_model(policy.eval_arrays(arrays))  # the model that was evaluated

@@ -183,7 +183,7 @@ class MaskedStrategy(Strategy):
 
     # -- evaluation (personalised methods, or personalized-eval = true) ---------------
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        if not (self.policy.personalized_eval or self.cfg.personalized_eval):
+        if not (self.policy.personalized_eval or self.cfg.personalized_eval) or not self.personal_eval_round(server_round):
             return []
         messages = []
         self.eval_nodes = dict(self.nodes)
@@ -207,6 +207,12 @@ class MaskedStrategy(Strategy):
             raise checks.ReplyError(f"accuracy = {acc!r}, expected a number in [0, 1]")
         checks.sample_count(metrics, self.sizes[pid].test, "local test")
         return pid, metrics
+
+    def personal_eval_round(self, server_round: int) -> bool:
+        """Rounds that evaluate every client: multiples of personalized-eval-every, and the last
+        round (the configured one, or the one the method stops after)."""
+        every, last = self.cfg.personalized_eval_every, self.cfg.num_server_rounds
+        return server_round % every == 0 or server_round == last or self.policy.finished(server_round)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         self.eval_client_metrics = {}

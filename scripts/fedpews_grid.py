@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedapp.progress import grid_bar, quiet_rounds
 from fedapp.runtime import configure_threads
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,9 +138,9 @@ def main() -> None:
         frozenset(filter(None, args.only.split(","))),
     )
     print(f"{len(jobs)} runs to do", flush=True)
-    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+    with grid_bar(len(jobs)) as bar, multiprocessing.get_context("spawn").Pool(args.jobs, initializer=quiet_rounds) as pool:
         for line in pool.imap_unordered(run_one, jobs):
-            print(line, flush=True)
+            bar.done(line)
 
 
 if __name__ == "__main__":

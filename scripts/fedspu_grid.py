@@ -15,6 +15,7 @@ from typing import Any
 
 from fedapp.config import load_toml_config
 from fedapp.engine.run_local import run_local
+from fedapp.progress import grid_bar, quiet_rounds
 
 ALPHAS = (0.1, 0.5, 1.0)
 SEEDS = (0, 1, 2)
@@ -28,16 +29,20 @@ METHODS: dict[str, dict[str, Any]] = {
 
 def main(root: str = "runs/fedspu-grid") -> None:
     base: dict[str, Any] = load_toml_config(Path(__file__).resolve().parents[1] / "configs" / "fedspu-digits.toml")
-    for alpha in ALPHAS:
-        for name, extra in METHODS.items():
-            for seed in SEEDS:
-                run_dir = Path(root) / f"a{alpha}-{name}-seed{seed}"
-                if (run_dir / "model.npz").exists():
-                    continue
-                shutil.rmtree(run_dir, ignore_errors=True)
-                start = time.perf_counter()
-                run_local({**base, **extra, "dirichlet-alpha": alpha, "seed": seed, "run-dir": str(run_dir)})
-                print(f"done {run_dir} in {time.perf_counter() - start:.0f}s", flush=True)
+    todo = [
+        (Path(root) / f"a{alpha}-{name}-seed{seed}", {**extra, "dirichlet-alpha": alpha, "seed": seed})
+        for alpha in ALPHAS
+        for name, extra in METHODS.items()
+        for seed in SEEDS
+    ]
+    todo = [(run_dir, extra) for run_dir, extra in todo if not (run_dir / "model.npz").exists()]
+    quiet_rounds()
+    with grid_bar(len(todo)) as bar:
+        for run_dir, extra in todo:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            start = time.perf_counter()
+            run_local({**base, **extra, "run-dir": str(run_dir)})
+            bar.done(f"done {run_dir} in {time.perf_counter() - start:.0f}s")
 
 
 if __name__ == "__main__":

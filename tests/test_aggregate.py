@@ -53,3 +53,26 @@ def test_all_ones_masks_equal_flower_fedavg_aggregation() -> None:
     ours = masked_mean(global_arrays, contribs).arrays
     for i, k in enumerate(shapes):
         np.testing.assert_allclose(ours[k], flower[i], rtol=1e-5, atol=1e-6)
+
+
+def test_dense_fast_path_is_bit_identical_to_all_ones_masks() -> None:
+    """Dense replies skip the masks; the result must equal the masked path exactly, alone and mixed with masked replies."""
+    rng = np.random.default_rng(5)
+    shapes = {"conv": (8, 3, 3, 3), "fc": (10, 40), "b": (10,)}
+    g = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    values = [{k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()} for _ in range(4)]
+    weights = [0.37, 120.0, 7.0, 1e-3]
+    values.append({k: v for k, v in values[1].items() if k != "b"})  # sent no "b"
+    weights += [2.0, 0.0]
+    values.append(values[2])  # zero weight: left out
+    dense = [Contribution(w, v) for w, v in zip(weights, values, strict=True)]
+    ones = [Contribution(w, v, {k: np.ones(shapes[k], bool) for k in v}) for w, v in zip(weights, values, strict=True)]
+    coord = rng.random(shapes["fc"]) < 0.3
+    masked = Contribution(3.0, {"fc": values[0]["fc"][coord]}, {"fc": coord})
+    for server_lr in (1.0, 0.5):
+        for fast, slow in ((dense, ones), ([*dense[:2], masked, *dense[2:]], [*ones[:2], masked, *ones[2:]])):
+            a, b = masked_mean(g, fast, server_lr), masked_mean(g, slow, server_lr)
+            for k in shapes:
+                assert np.array_equal(a.arrays[k], b.arrays[k]) and a.arrays[k].dtype == np.float32
+                assert np.array_equal(a.counts[k], b.counts[k])
+            assert a.counts["b"].max() == 4  # four replies sent "b" with a weight > 0

@@ -20,7 +20,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, Message
 from flwr.clientapp import ClientApp
 
 from fedapp import wire
-from fedapp.client import handle_evaluate, handle_query, handle_train, state_store
+from fedapp.client import handle_evaluate, handle_train, state_store
 from fedapp.config import ConfigError, RunConfig, load_toml_config
 from fedapp.data import client_data, dataset_for
 from fedapp.data.sizes import split_sizes
@@ -29,6 +29,7 @@ from fedapp.engine.run_local import full_config
 from fedapp.methods.base import ServerPolicy
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
+from fedapp.node_query import handle_query
 from fedapp.roster import Roster
 from fedapp.server import serve
 from fedapp.state import DiskStore

@@ -16,11 +16,11 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from fedapp import rundir
-from fedapp.client import handle_query
 from fedapp.client_config_errors import config_error_reply
 from fedapp.config import ConfigError
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
+from fedapp.node_query import handle_query
 from fedapp.server import serve
 from fedapp.simenv import checkout_env, ports, superlink_pids
 from tests.flwr_harness import copy_checkout, fedapp_sim, shared_checkout, toml_value

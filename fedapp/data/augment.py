@@ -17,8 +17,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from fedapp.data.dataset import Augment
-from fedapp.train import uniform
+from fedapp.train import Augment, uniform
 
 AUGMENTS = ("auto", "none", "crop-flip", "flip-rotate-crop")
 

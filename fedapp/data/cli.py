@@ -1,4 +1,4 @@
-"""`fedapp data ...`: fetch and check dataset files under a data-root."""
+"""`fedapp data ...`: fetch and check dataset files under a data-root; plot a run's split."""
 
 from __future__ import annotations
 
@@ -35,6 +35,27 @@ def cmd_data_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data_plot(args: argparse.Namespace) -> int:
+    import json
+
+    from fedapp.config import ConfigError, RunConfig, load_toml_config, parse, parse_overrides
+    from fedapp.data.plot import plot_split
+
+    source = Path(args.source)
+    if source.is_dir():
+        if not (source / "config.json").is_file():
+            raise ConfigError(f"{source} has no config.json: is it a fedapp run folder?")
+        raw = json.loads((source / "config.json").read_text())
+    else:
+        raw = load_toml_config(source)
+    for item in args.overrides:
+        raw.update(parse_overrides(item))
+    cfg = parse(RunConfig, raw)  # the split depends on the base keys only
+    out = Path(args.out) if args.out else (source / "partition.png" if source.is_dir() else Path(f"{source.stem}-partition.png"))
+    print(f"plot: {plot_split(cfg, out, args.kind)}")
+    return 0
+
+
 def add_data(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     data = sub.add_parser("data", help="fetch and check dataset files under a data-root")
     dsub = data.add_subparsers(dest="data_cmd", required=True)
@@ -50,3 +71,9 @@ def add_data(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     c.set_defaults(fn=cmd_data_check)
     ls = dsub.add_parser("list", help="dataset names and the first file each expects")
     ls.set_defaults(fn=cmd_data_list)
+    pl = dsub.add_parser("plot", help="draw a run's split: training samples of each class per client (Flower Datasets' plot)")
+    pl.add_argument("source", help="a run folder (its config.json) or a run-config TOML file")
+    pl.add_argument("overrides", nargs="*", help='"key=value ..." run-config overrides, e.g. "num-clients=20 dirichlet-alpha=0.1"')
+    pl.add_argument("--out", help="PNG to write (default: <run folder>/partition.png, or <config name>-partition.png)")
+    pl.add_argument("--kind", choices=("auto", "bar", "heatmap"), default="auto", help="auto: a heatmap from 30 clients on, else bars")
+    pl.set_defaults(fn=cmd_data_plot)

@@ -10,11 +10,14 @@ digits) are float32 already and have no image preprocessing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from fedapp.train import Augment
+if TYPE_CHECKING:  # torch is imported where a tensor is made, so `fedapp data` and the CLI start without it
+    import torch
+
+    from fedapp.train import Augment
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,8 @@ class Normalization:
 
     def tensor(self, x: torch.Tensor) -> torch.Tensor:
         """:meth:`__call__` in torch on ``x``'s device (the same float32 operations, the same bits)."""
+        import torch
+
         shape = (1, -1) + (1,) * (x.dim() - 2)
         mean = torch.tensor(self.mean, dtype=torch.float32, device=x.device).reshape(shape)
         std = torch.tensor(self.std, dtype=torch.float32, device=x.device).reshape(shape)
@@ -43,6 +48,8 @@ class Normalization:
 
     def of_black(self, device: torch.device | str = "cpu") -> torch.Tensor:
         """The normalised value of a black pixel per channel (torchvision's fill=0 before Normalize)."""
+        import torch
+
         return torch.tensor([-m / s for m, s in zip(self.mean, self.std, strict=True)], dtype=torch.float32, device=device)
 
 

@@ -4,13 +4,14 @@ shaped (1, 8, 8); a seeded stratified hold-out of 497 images is the global test 
 from __future__ import annotations
 
 import numpy as np
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 TEST_SIZE = 497
 
 
 def digits(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_digits  # imported here: scikit-learn (with scipy) takes ~1 s to import
+    from sklearn.model_selection import train_test_split
+
     bunch = load_digits()
     x = (bunch.images / 16.0).astype(np.float32)[:, None, :, :]
     y = bunch.target.astype(np.int64)

@@ -9,6 +9,9 @@ official train and test splits are used; ``val`` is not read. Multi-label sets
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +24,21 @@ from fedapp.data.source import Arrays, Source
 SIZES = (28, 64, 128, 224)
 
 
+@cache
 def info() -> dict[str, dict[str, Any]]:
-    """medmnist's INFO, 2D sets only."""
-    from medmnist.info import INFO
-
-    return {flag: v for flag, v in INFO.items() if not v["python_class"].endswith("3D")}
+    """medmnist's INFO, 2D sets only. Read from medmnist/info.py alone: the package's
+    ``__init__`` imports torch and scikit-learn (~3 s), and every process that imports
+    fedapp.data needs these names."""
+    loaded = sys.modules.get("medmnist.info")
+    if loaded is None:
+        package = importlib.util.find_spec("medmnist")  # finds the package without running it
+        if package is None or package.origin is None:
+            raise ModuleNotFoundError("medmnist is not installed")
+        spec = importlib.util.spec_from_file_location("fedapp_medmnist_info", Path(package.origin).with_name("info.py"))
+        assert spec is not None and spec.loader is not None
+        loaded = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded)
+    return {flag: v for flag, v in loaded.INFO.items() if not v["python_class"].endswith("3D")}
 
 
 def names() -> list[str]:
@@ -58,21 +71,24 @@ def _split(cls: Any, base: Path, rel: str, split: str, size: int, multi_label: b
 
 
 def source(name: str) -> Source:
-    import medmnist
-
     flag, size = split_name(name)
     meta = info()[flag]
     rel = npz_name(flag, size)
     suffix = "" if size == 28 else f"_{size}"
-    cls = getattr(medmnist, meta["python_class"])
+
+    def dataset_class() -> Any:
+        import medmnist  # with torch and scikit-learn: only when a file is read or fetched
+
+        return getattr(medmnist, meta["python_class"])
 
     def read(base: Path) -> Arrays:
         multi = "multi-label" in meta["task"]
+        cls = dataset_class()
         return (*_split(cls, base, rel, "train", size, multi), *_split(cls, base, rel, "test", size, multi))
 
     def download(base: Path) -> None:
         base.mkdir(parents=True, exist_ok=True)
-        cls(split="train", root=str(base), size=size, download=True)
+        dataset_class()(split="train", root=str(base), size=size, download=True)
 
     return Source(name, (rel,), read, download, num_classes=len(meta["label"]), md5={rel: meta[f"MD5{suffix}"]}, url=meta[f"url{suffix}"])
 

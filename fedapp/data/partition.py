@@ -64,7 +64,9 @@ def partition_indices(
 ) -> list[np.ndarray]:
     """Indices into ``labels`` for each client (disjoint). ``groups`` (per-sample source ids)
     is what partition = "source" splits by."""
-    from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner, PathologicalPartitioner
+    from fedapp.data.flower_datasets import partitioner_module
+
+    fds = partitioner_module()
 
     if kind == "source":
         return by_source(groups, num_clients)
@@ -72,7 +74,7 @@ def partition_indices(
         raise ConfigError(f"run-config key 'num-clients' = {num_clients} exceeds the {labels.size} training samples")
     if kind == "iid":
         order = np.random.default_rng(seed).permutation(labels.size)
-        return _flower_partition(IidPartitioner(num_clients), labels, order, num_clients)
+        return _flower_partition(fds.IidPartitioner(num_clients), labels, order, num_clients)
     ordered = np.arange(labels.size)
     if kind == "dirichlet":
         if min_partition_size * num_clients > labels.size:
@@ -80,13 +82,13 @@ def partition_indices(
                 f"run-config key 'min-partition-size' = {min_partition_size} cannot hold for {num_clients} clients "
                 f"over {labels.size} samples"
             )
-        p = DirichletPartitioner(num_clients, "label", alpha, min_partition_size=min_partition_size, seed=seed)
+        p = fds.DirichletPartitioner(num_clients, "label", alpha, min_partition_size=min_partition_size, seed=seed)
         return _flower_partition(p, labels, ordered, num_clients)
     if kind == "pathological":
         n_classes = np.unique(labels).size
         if classes_per_client > n_classes:
             raise ConfigError(f"run-config key 'classes-per-client' = {classes_per_client} exceeds the {n_classes} classes")
-        p = PathologicalPartitioner(num_clients, "label", classes_per_client, class_assignment_mode="random", seed=seed)
+        p = fds.PathologicalPartitioner(num_clients, "label", classes_per_client, class_assignment_mode="random", seed=seed)
         return _flower_partition(p, labels, ordered, num_clients)
     if PARTITION_RE.match(kind):
         return explicit_groups(kind, labels, num_clients, seed)

@@ -9,11 +9,16 @@ Normalisations are per-channel (x / 255 - mean) / std:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 
 from fedapp.config import ConfigError
-from fedapp.data.dataset import Augment, Dataset, Normalization
+from fedapp.data.dataset import Dataset, Normalization
+
+if TYPE_CHECKING:
+    from fedapp.train import Augment
 
 FIXED: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "none": ((0.0,), (1.0,)),

@@ -127,7 +127,7 @@ def process_sampler(s: MeterSettings) -> tuple[Sampler | None, str]:
         if s not in _samplers:
             sensors, text = open_sensors(s)
             _samplers[s] = (Sampler(sensors, s.interval) if sensors else None, text)
-            log.info("%s", text)
+            log.debug("%s", text)  # the server prints one line for all clients (fedapp.logs.meters_line)
         return _samplers[s]
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from fedapp.config import PARTITION_RE, RunConfig, defaults_of
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.methods.registry import all_param_classes, resolve
+from fedapp.progress import round_bar
 from fedapp.server import serve
 
 DEFAULT_NODES = 2  # flwr's default num-supernodes since 1.32
@@ -45,11 +46,16 @@ def node_count(cfg: RunConfig) -> int:
     return DEFAULT_NODES
 
 
-def run_local(overrides: Mapping[str, Any], node_configs: list[dict[str, Any]] | None = None) -> Path:
+def run_local(overrides: Mapping[str, Any], node_configs: list[dict[str, Any]] | None = None, progress: bool = False) -> Path:
+    """``progress``: a progress bar over the rounds (a terminal) instead of one log line per round."""
     from client_app import app as client_app
 
     raw = full_config(overrides)
     cfg: RunConfig = resolve(raw)[0]
     nodes = cfg.num_clients or (len(node_configs) if node_configs else node_count(cfg))
     grid = LocalGrid(client_app, raw, nodes, node_configs)
-    return serve(grid, raw, base=Path.cwd(), provenance={"engine": "in-process"})
+    base, provenance = Path.cwd(), {"engine": "in-process"}
+    if not progress:
+        return serve(grid, raw, base=base, provenance=provenance)
+    with round_bar(cfg.num_server_rounds, cfg.method) as report:
+        return serve(grid, raw, base=base, provenance=provenance, report=report)

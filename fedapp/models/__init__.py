@@ -12,7 +12,6 @@ from fedapp.models.cnn import cnn
 from fedapp.models.cnn_bn import cnn_bn
 from fedapp.models.fedspu_cnn import cifar_cnn, emnist_cnn, speech_cnn
 from fedapp.models.mlp import mlp
-from fedapp.models.resnet import resnet8, resnet18
 
 PAPER_CNNS = {"fedspu-emnist": emnist_cnn, "fedspu-cifar10": cifar_cnn, "fedspu-speech": speech_cnn}
 
@@ -27,10 +26,10 @@ def build_model(cfg: RunConfig, in_shape: tuple[int, ...], num_classes: int, see
         return cnn(in_shape, num_classes)
     if cfg.model == "cnn-bn":
         return cnn_bn(in_shape, num_classes)
-    if cfg.model == "resnet8":
-        return resnet8(in_shape, num_classes)
-    if cfg.model == "resnet18":
-        return resnet18(in_shape, num_classes)
+    if cfg.model in ("resnet8", "resnet18"):
+        from fedapp.models import resnet  # torchvision takes ~1.5 s to import: only the ResNets need it
+
+        return resnet.resnet8(in_shape, num_classes) if cfg.model == "resnet8" else resnet.resnet18(in_shape, num_classes)
     if cfg.model in PAPER_CNNS:
         if len(in_shape) != 3:
             raise ValueError(f"model {cfg.model!r} needs image inputs (C, H, W); this dataset has feature shape {in_shape}")

@@ -1,0 +1,53 @@
+"""What a run prints besides its rounds: one short line for the clients' energy meters
+(the full text of each is in the run's meters.json), and Ray's start-up FutureWarning
+about accelerator variables silenced (fedapp leaves that Ray behaviour as it is)."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Mapping
+
+log = logging.getLogger("flwr")
+
+
+def ranges(ids: list[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` -> ``0-2,5,7-8``."""
+    spans: list[list[int]] = []
+    for i in sorted(ids):
+        if spans and spans[-1][1] == i - 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def short_meter(text: str, limit: int = 80) -> str:
+    """A meter's description without its parenthesised details, at most ``limit`` characters."""
+    head = text.split(" (", 1)[0]
+    return head if len(head) <= limit else head[: limit - 1] + "…"
+
+
+def meters_line(meters: Mapping[str, str]) -> str:
+    """One line for every client's meter: ``energy meter on all 10 clients: ...``."""
+    by_text: dict[str, list[int]] = {}
+    for pid, text in meters.items():
+        by_text.setdefault(short_meter(text), []).append(int(pid))
+    if len(by_text) == 1:
+        ((text, pids),) = by_text.items()
+        return f"energy meter on all {len(pids)} clients: {text} (details: meters.json)"
+    parts = [f"clients {ranges(p)}: {t}" for t, p in sorted(by_text.items(), key=lambda tp: min(tp[1]))]
+    return "energy meters: " + "; ".join(parts) + " (details: meters.json)"
+
+
+def log_meters(meters: Mapping[str, str]) -> None:
+    if meters:
+        log.info("%s", meters_line(meters))
+
+
+def quiet_ray() -> None:
+    """Silence Ray's "Tip: In future versions of Ray, Ray will no longer override accelerator
+    visible devices env var ..." FutureWarning, printed by ``ray.init`` in the simulation
+    process. Setting RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=0 would also silence it but change
+    which GPUs a zero-GPU worker sees; the filter keeps Ray's current behaviour."""
+    warnings.filterwarnings("ignore", message=r"Tip: In future versions of Ray", category=FutureWarning)

@@ -1,0 +1,66 @@
+"""The report's figure and notes: per-round seed bands equal a mean/std computed here with
+numpy, the legend is capped, the table explains its cells, and the provenance section
+names the folders, the keys on which groups differ and a recorded code version."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedapp.report import group_runs, load_runs, report
+from fedapp.report_plot import LEGEND_CAP, band, legend_labels, metric
+
+
+def write_run(folder: Path, config: dict[str, Any], accs: list[float]) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    rows = [{"round": r + 1, "accuracy": a, "bytes_up": 100 * (r + 1), "bytes_down": 50, "seconds": 0.1} for r, a in enumerate(accs)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return folder
+
+
+def test_band_is_the_per_round_mean_and_sample_std_over_seeds(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    curves = [rng.random(6).tolist(), rng.random(6).tolist(), rng.random(4).tolist()]  # the last seed stopped early
+    runs = [write_run(tmp_path / f"a-seed{s}", {"method": "fedavg", "seed": s}, c) for s, c in enumerate(curves)]
+    (group,) = group_runs(load_runs(runs)).values()
+    b = band(group, metric("accuracy"))
+    assert b.rounds == [1, 2, 3, 4, 5, 6]
+    for i, rnd in enumerate(b.rounds):
+        vals = np.array([c[rnd - 1] for c in curves if len(c) >= rnd])
+        assert b.count[i] == vals.size
+        assert np.isclose(b.mean[i], vals.mean(), rtol=0, atol=1e-12)
+        assert np.isclose(b.std[i], vals.std(ddof=1), rtol=0, atol=1e-12)
+
+
+def test_a_single_seed_has_no_band(tmp_path: Path) -> None:
+    (group,) = group_runs(load_runs([write_run(tmp_path / "one", {"seed": 0}, [0.5, 0.7])])).values()
+    b = band(group, metric("accuracy"))
+    assert b.mean == [0.5, 0.7] and b.std == [0.0, 0.0]
+
+
+def test_the_legend_names_at_most_the_cap_and_says_how_many_it_leaves_out() -> None:
+    names = [f"g{i}" for i in range(LEGEND_CAP + 7)]
+    assert legend_labels(names[:LEGEND_CAP]) == names[:LEGEND_CAP]
+    capped = legend_labels(names)
+    assert capped[:LEGEND_CAP] == names[:LEGEND_CAP] and capped[-1] == "… 7 more groups (report.md)" and len(capped) == LEGEND_CAP + 1
+
+
+def test_report_explains_cells_and_records_provenance(tmp_path: Path) -> None:
+    runs = []
+    for name, lr in (("fast", 0.1), ("slow", 0.01)):
+        for s in (0, 1):
+            cfg = {"method": "fedavg", "lr": lr, "seed": s, "num-clients": 2, "target-accuracy": 0.8}
+            cfg["provenance"] = {"git-commit": "abc1234", "started": f"2026-01-0{s + 1}"}  # differs per run: never splits a group
+            runs.append(write_run(tmp_path / "grid" / f"{name}-seed{s}", cfg, [0.5, 0.9] if name == "fast" else [0.3, 0.4]))
+    md, png = report(runs, tmp_path / "out")
+    assert png.stat().st_size > 0
+    assert "×: no seed reaches it" in md and "| slow | fedavg | 2 |" in md and "| × |" in md
+    assert "Run folders (under `grid/`)" in md
+    assert "- fast (seeds 0, 1): `fast-seed0`, `fast-seed1`" in md
+    assert "| group | lr |\n|---|---|\n| fast | 0.1 |\n| slow | 0.01 |" in md  # only the key that differs
+    assert "Code: git-commit abc1234." in md
+    assert (tmp_path / "out" / "report.md").read_text().startswith(md)
