@@ -24,10 +24,11 @@ from fedapp.rundir import checkout_base
 PACKAGES = ("fedapp", "flwr", "flwr-datasets", "torch", "torchvision", "numpy")
 
 
-def device_info(cfg: RunConfig) -> str | None:
-    """The device this run's server computes on (None: not recorded). Accelerator support
-    extends this function; everything else here stays device-agnostic."""
-    return None
+def device_info(cfg: RunConfig) -> str:
+    """The device this run's server evaluates on (the clients' devices are in devices.json)."""
+    from fedapp.device import describe, process_device
+
+    return describe(process_device(cfg.device))
 
 
 def package_versions() -> dict[str, str | None]:

@@ -30,14 +30,19 @@ def differing_keys(groups: dict[str, list[Run]], ignore: frozenset[str]) -> list
 
 
 def code_versions(runs: list[Run]) -> list[str]:
-    """Versions recorded in config.json's ``provenance`` (any entry naming a commit or version)."""
+    """The code versions recorded in config.json's ``provenance`` (fedapp.provenance): the git
+    commit of the source (marked where tracked files had local changes) and fedapp's version."""
+    from fedapp.results import read_provenance
+
     found: set[str] = set()
     for run in runs:
-        prov: Any = run.config.get("provenance")
-        if isinstance(prov, dict):
-            for k, v in prov.items():
-                if isinstance(v, str | int | float) and ("commit" in k or "version" in k):
-                    found.add(f"{k} {v}")
+        prov = read_provenance(run.path)
+        git: Any = prov.get("git")
+        if isinstance(git, dict) and git.get("commit"):
+            found.add(f"git {str(git['commit'])[:12]}" + (" with local changes" if git.get("dirty") else ""))
+        packages: Any = prov.get("packages")
+        if isinstance(packages, dict) and packages.get("fedapp"):
+            found.add(f"fedapp {packages['fedapp']}")
     return sorted(found)
 
 

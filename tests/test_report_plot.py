@@ -54,7 +54,8 @@ def test_report_explains_cells_and_records_provenance(tmp_path: Path) -> None:
     for name, lr in (("fast", 0.1), ("slow", 0.01)):
         for s in (0, 1):
             cfg = {"method": "fedavg", "lr": lr, "seed": s, "num-clients": 2, "target-accuracy": 0.8}
-            cfg["provenance"] = {"git-commit": "abc1234", "started": f"2026-01-0{s + 1}"}  # differs per run: never splits a group
+            git = {"commit": "abc1234def5678", "dirty": name == "slow"}  # as fedapp.provenance.collect records it
+            cfg["provenance"] = {"git": git, "packages": {"fedapp": "0.1.0"}, "started": f"2026-01-0{s + 1}"}  # never splits a group
             runs.append(write_run(tmp_path / "grid" / f"{name}-seed{s}", cfg, [0.5, 0.9] if name == "fast" else [0.3, 0.4]))
     md, png = report(runs, tmp_path / "out")
     assert png.stat().st_size > 0
@@ -62,5 +63,5 @@ def test_report_explains_cells_and_records_provenance(tmp_path: Path) -> None:
     assert "Run folders (under `grid/`)" in md
     assert "- fast (seeds 0, 1): `fast-seed0`, `fast-seed1`" in md
     assert "| group | lr |\n|---|---|\n| fast | 0.1 |\n| slow | 0.01 |" in md  # only the key that differs
-    assert "Code: git-commit abc1234." in md
+    assert "Code: fedapp 0.1.0; git abc1234def56; git abc1234def56 with local changes." in md
     assert (tmp_path / "out" / "report.md").read_text().startswith(md)

@@ -12,12 +12,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from fedapp.config import ConfigError
 from fedapp.data.dataset import Dataset, Normalization
 
 if TYPE_CHECKING:
+    import torch
+
     from fedapp.train import Augment
 
 FIXED: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
