@@ -472,6 +472,10 @@ class NoNodes(LocalGrid):
         ({"method": "fedselect"}, "'local-test-fraction' = 0.0: method 'fedselect' evaluates every client"),
         ({"personalized-eval": True}, "personalized-eval = true evaluates every client"),
         ({"method": "fedpart", "model": "cnn-bn", "mlp-hidden": "64,64"}, "'num-server-rounds' = 2 does not match the FedPart schedule"),
+        (
+            {"method": "fjord", "mask-transport": "seed", "local-test-fraction": 0.3},
+            "run-config keys 'method' = 'fjord' and 'mask-transport' = 'seed' cannot be combined",
+        ),
     ],
 )
 def test_contradictions_and_sizes_fail_at_server_start_before_discovery(tmp_path: Path, override: dict[str, Any], needle: str) -> None:

@@ -128,12 +128,16 @@ def test_upload_carries_exactly_the_active_parameters(tmp_path: Path, transport:
             assert np.array_equal(v.reshape(-1), trained[k][dense[k]].reshape(-1))  # the personal model's active entries
 
 
-def test_seed_and_bit_transport_train_the_same_neurons(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", ["fedspu", "feddrop"])
+def test_seed_and_bit_transport_train_the_same_neurons(tmp_path: Path, method: str) -> None:
+    """The random-draw methods: the client's expansion of the seed is the server's draw."""
     runs = {}
     for transport in ("bits", "seed"):
-        fed = Federation(tmp_path / transport, {"method": "fedspu", "tiers": "0.4", "mask-transport": transport})
-        fed.train_round(1)
+        fed = Federation(tmp_path / transport, {"method": method, "tiers": "0.4", "mask-transport": transport})
+        sent, _ = fed.train_round(1)
+        assert ("neuron-seed" in sent[0].content["config"]) == (transport == "seed")
         runs[transport] = fed.global_np
+    assert any(not np.array_equal(runs["seed"][k], fed.w0[k]) for k in fed.w0)  # it trained
     for k in runs["bits"]:
         assert np.array_equal(runs["bits"][k], runs["seed"][k])
 
