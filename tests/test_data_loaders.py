@@ -1,5 +1,5 @@
 """Real loaders on generated files in the real on-disk formats: MedMNIST .npz through the
-medmnist package, MNIST/EMNIST IDX and CIFAR pickles through torchvision, the FedPeWS
+medmnist package, MNIST/EMNIST IDX through torchvision, CIFAR pickles (restricted unpickler), the FedPeWS
 mixed-source sets, the "source" partition and the per-dataset normalisation."""
 
 from __future__ import annotations

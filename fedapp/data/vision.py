@@ -1,23 +1,26 @@
-"""MNIST, EMNIST, CIFAR-10 and CIFAR-100 through torchvision's own dataset classes.
+"""MNIST, EMNIST, CIFAR-10 and CIFAR-100 in the files torchvision downloads.
 
 Files sit where torchvision puts them under data-root: ``MNIST/raw/*-ubyte``,
 ``EMNIST/raw/emnist-<split>-*-ubyte``, ``cifar-10-batches-py/``, ``cifar-100-python/``.
-torchvision refuses CIFAR files whose MD5 differs from the official release; files that
-are not byte-identical but parse (re-pickled copies, the tests' generated fixtures) are
-loaded by the same torchvision class with only that MD5 gate lifted, with a warning,
-and `fedapp data check` reports them. Unparseable files raise an error naming the file.
+MNIST and EMNIST are read by torchvision's own classes (IDX files hold no code). The
+CIFAR batches are pickles, which torchvision unpickles with ``pickle.load``: a crafted
+file under a data-root someone else can write would run code, so they are read here,
+in torchvision's layout, by a restricted unpickler (``cifar_pickle``) that refuses
+anything but plain data. Files whose MD5 differs from the official release (re-pickled
+copies, the tests' generated fixtures) load with a warning, and `fedapp data check`
+reports them. Unparseable or refused files raise an error naming the file.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
-import os
-import pickle
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fedapp.data import cifar_pickle
 from fedapp.data.errors import BadFile, describe
 from fedapp.data.source import Arrays, Source
 
@@ -89,52 +92,40 @@ def emnist_source(split: str) -> Source:
 # ---------------------------------------------------------------- CIFAR (python pickles)
 
 
-def _unverified(cls: type) -> type:
-    """torchvision's CIFAR class with only its MD5 gate lifted (files were checked to exist)."""
-
-    class Unverified(cls):  # type: ignore[valid-type,misc]
-        def _check_integrity(self) -> bool:
-            return True
-
-        def _load_meta(self) -> None:
-            with open(os.path.join(self.root, self.base_folder, self.meta["filename"]), "rb") as fh:
-                self.classes = pickle.load(fh, encoding="latin1")[self.meta["key"]]
-
-    return Unverified
-
-
-def _diagnose_pickles(base: Path, files: tuple[str, ...]) -> BadFile | None:
-    for rel in files:
-        try:
-            with open(base / rel, "rb") as fh:
-                entry = pickle.load(fh, encoding="latin1")
-        except Exception as err:
-            return BadFile(rel, f"not a readable pickle: {describe(err)}")
-        if rel.endswith("meta"):
-            continue
-        if not isinstance(entry, dict) or "data" not in entry or not ({"labels", "fine_labels"} & set(entry)):
-            return BadFile(rel, "not a CIFAR batch (needs keys 'data' and 'labels'/'fine_labels')")
-        data, labels = np.asarray(entry["data"]), entry["labels" if "labels" in entry else "fine_labels"]
-        if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or len(labels) != len(data):
-            return BadFile(rel, f"'data' is {data.dtype} {data.shape} with {len(labels)} labels; expected uint8 (N, 3072) and N labels")
-    return None
-
-
-def _cifar_split(base: Path, cls: type, train: bool, files: tuple[str, ...], name: str) -> tuple[np.ndarray, np.ndarray]:
+def _batch(base: Path, rel: str) -> tuple[np.ndarray, np.ndarray]:
+    """One CIFAR batch: its uint8 (N, 3072) images and N labels ('labels', or 'fine_labels' in CIFAR-100)."""
+    entry = cifar_pickle.load(base, rel)
+    if not isinstance(entry, dict) or "data" not in entry or not ({"labels", "fine_labels"} & set(entry)):
+        raise BadFile(rel, "not a CIFAR batch (needs keys 'data' and 'labels'/'fine_labels')")
+    data = entry["data"]
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+        what = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
+        raise BadFile(rel, f"'data' is {what}; expected uint8 (N, 3072)")
     try:
-        try:
-            ds = cls(str(base), train=train, download=False)
-        except RuntimeError:  # torchvision's MD5 gate: these are not the official release's bytes
-            ds = _unverified(cls)(str(base), train=train, download=False)
-            if train:
-                log.warning("%s: files under %s differ from the official release (MD5); loaded them after structural checks", name, base)
-    except Exception as err:
-        bad = _diagnose_pickles(base, files)
-        raise (bad or BadFile(files[0], describe(err))) from err
-    if len(ds.targets) != len(ds.data):
-        raise BadFile(files[0], f"{len(ds.targets)} labels for {len(ds.data)} images")
-    # torchvision holds (N, 32, 32, 3) as a transposed view of the (N, 3, 32, 32) pickle layout: no copy here
-    return np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2)), np.asarray(ds.targets, dtype=np.int64)
+        labels = np.asarray(entry["labels" if "labels" in entry else "fine_labels"], dtype=np.int64)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise BadFile(rel, f"labels are not integers: {describe(err)}") from err
+    if labels.shape != (len(data),):
+        raise BadFile(rel, f"labels of shape {labels.shape} for {len(data)} images")
+    return data, labels
+
+
+def _cifar_split(base: Path, files: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The batches of one split in torchvision's order, images as (N, 3, 32, 32) (torchvision's
+    layout before its HWC view), labels as int64."""
+    batches = [_batch(base, f) for f in files]
+    return np.vstack([x for x, _ in batches]).reshape(-1, 3, 32, 32), np.concatenate([y for _, y in batches])
+
+
+def _check_meta(base: Path, rel: str, key: str) -> None:
+    """torchvision reads the label names from the meta file: it must hold them."""
+    meta = cifar_pickle.load(base, rel)
+    if not isinstance(meta, dict) or key not in meta:
+        raise BadFile(rel, f"not a CIFAR meta file (needs key {key!r})")
+
+
+def _md5_differs(base: Path, md5: dict[str, str]) -> bool:
+    return any(hashlib.md5((base / rel).read_bytes(), usedforsecurity=False).hexdigest() != m for rel, m in md5.items())
 
 
 def cifar_source(classes: int) -> Source:
@@ -142,12 +133,17 @@ def cifar_source(classes: int) -> Source:
     folder = cls.base_folder
     listed = [*cls.train_list, *cls.test_list, [cls.meta["filename"], cls.meta["md5"]]]
     files = tuple(f"{folder}/{f}" for f, _ in listed)
-    train_files = (*tuple(f"{folder}/{f}" for f, _ in cls.train_list), files[-1])
-    test_files = (*tuple(f"{folder}/{f}" for f, _ in cls.test_list), files[-1])
+    train_files = tuple(f"{folder}/{f}" for f, _ in cls.train_list)
+    test_files = tuple(f"{folder}/{f}" for f, _ in cls.test_list)
     name = f"cifar{classes}"
+    official = {f"{folder}/{f}": m for f, m in (*cls.train_list, *cls.test_list)}
 
     def read(base: Path) -> Arrays:
-        return (*_cifar_split(base, cls, True, train_files, name), *_cifar_split(base, cls, False, test_files, name))
+        _check_meta(base, files[-1], cls.meta["key"])
+        arrays = (*_cifar_split(base, train_files), *_cifar_split(base, test_files))
+        if _md5_differs(base, official):
+            log.warning("%s: files under %s differ from the official release (MD5); loaded them after structural checks", name, base)
+        return arrays
 
     return Source(
         name,
