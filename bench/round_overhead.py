@@ -55,7 +55,7 @@ from fedapp.methods.registry import resolve  # noqa: E402
 from fedapp.models import build_model  # noqa: E402
 from fedapp.runtime import configure_threads  # noqa: E402
 from fedapp.server import serve  # noqa: E402
-from tests.flwr_harness import flwr_run  # noqa: E402
+from tests.flwr_harness import flwr_run, stop_all  # noqa: E402
 
 
 def rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -243,11 +243,14 @@ def main() -> None:
     args = ap.parse_args()
     logging.getLogger("flwr").setLevel(logging.WARNING)  # the rounds' log lines would bury the tables
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        if not args.skip_fedavg:
-            fedavg_part(args, Path(tmp))
-        if not args.skip_fedselect:
-            fedselect_part(args, Path(tmp))
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            if not args.skip_fedavg:
+                fedavg_part(args, Path(tmp))
+            if not args.skip_fedselect:
+                fedselect_part(args, Path(tmp))
+    finally:
+        stop_all()  # the SuperLink `flwr run` started for the app copy, and the copy
     print(f"\n(bench wall time {time.perf_counter() - start:.0f} s)")
 
 
