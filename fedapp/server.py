@@ -35,7 +35,7 @@ from fedapp.results import RunWriter, resolved_config
 from fedapp.roster import Roster
 from fedapp.run_checks import check_run
 from fedapp.runtime import configure_threads
-from fedapp.strategy import MaskedStrategy
+from fedapp.strategy import EvalResult, MaskedStrategy, RoundResult
 from fedapp.tensorboard_sink import TensorBoardSink, open_sink
 
 log = logging.getLogger("flwr")
@@ -130,6 +130,30 @@ def one_line(err: BaseException) -> str:
     return text[0] if isinstance(err, ConfigError) and text else f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
+CORE_KEYS = frozenset({
+    "round", "accuracy", "loss", "clients", "failures", "bytes_up", "bytes_up_eval", "bytes_down", "coverage",
+    "failed_pids", "failure_reasons", "eval_failures", "personalized_accuracy", "personalized_accuracy_min",
+    "personalized_accuracy_max", "evaluated_clients", "aggregate_rejected", "train_seconds", "seconds",
+})  # fmt: skip
+"""The round loop's own metrics.jsonl keys; a method's metrics may not reuse one (the ledger's time and
+energy keys follow the method's and are the ledger's: fedapp.energy.ledger)."""
+
+
+def round_row(rnd: int, acc: float, loss: float, result: RoundResult, evaluated: EvalResult) -> dict[str, Any]:
+    """One metrics.jsonl row's round part: the core keys, the evaluation's, then the method's own
+    (a method metric named like a core key is a bug in the method: ValueError, never an overwrite)."""
+    clash = sorted(CORE_KEYS & set(result.method_metrics))
+    if clash:
+        raise ValueError(f"method metric(s) {clash} reuse core metrics.jsonl keys; rename them in the method's after_round")
+    row: dict[str, Any] = {"round": rnd, "accuracy": acc, "loss": loss, **result.stats.row(evaluated.reasons)}
+    row.update(evaluated.stats)
+    if result.rejected:
+        row["aggregate_rejected"] = 1
+    row.update(result.method_metrics)
+    row["train_seconds"] = {str(p): m.get("train-seconds", 0.0) for p, m in sorted(result.stats.client_metrics.items())}
+    return row
+
+
 def rounds(
     grid: Grid, cfg: RunConfig, method: Method, params: Any, ds: Dataset, model: torch.nn.Module,
     initial: dict[str, np.ndarray], roster: Roster, writer: RunWriter, ckpt: checkpoint.Checkpoint | None,
@@ -156,25 +180,21 @@ def rounds(
             log.info("method finished after round %d", rnd - 1)
             break
         start, t_start = time.perf_counter(), time.time()
-        strategy.eval_client_metrics, strategy.eval_stats = {}, {}
         if rnd > first:
             strategy.nodes = roster.refresh(cfg.round_timeout)
         train_msgs = strategy.configure_train(rnd, record, run_config, grid)
-        replies = stop_on_config_errors(grid.send_and_receive(train_msgs, timeout=cfg.round_timeout))
-        new, _ = strategy.aggregate_train(rnd, replies)
-        if new is not None:
-            record = new
+        result = strategy.aggregate_train(rnd, stop_on_config_errors(grid.send_and_receive(train_msgs, timeout=cfg.round_timeout)))
+        if result.arrays is not None:
+            record = result.arrays
+        evaluated = EvalResult()
         eval_msgs = list(strategy.configure_evaluate(rnd, record, run_config, grid))
         if eval_msgs:
-            strategy.aggregate_evaluate(rnd, stop_on_config_errors(grid.send_and_receive(eval_msgs, timeout=cfg.round_timeout)))
+            evaluated = strategy.aggregate_evaluate(rnd, stop_on_config_errors(grid.send_and_receive(eval_msgs, timeout=cfg.round_timeout)))
         arrays = wire.from_record(record)
         acc, loss = central_eval(model, policy.eval_arrays(arrays), x_test, y_test, ds.norm.tensor if ds.norm else None)
-        row = {"round": rnd, "accuracy": acc, "loss": loss, **strategy.stats.row()}
-        row.update(strategy.eval_stats)
-        row.update(strategy.extra_metrics)
-        row["train_seconds"] = {str(p): m.get("train-seconds", 0.0) for p, m in sorted(strategy.stats.client_metrics.items())}
+        row = round_row(rnd, acc, loss, result, evaluated)
         row["seconds"] = time.perf_counter() - start
-        row.update(ledger.round_row(row["seconds"], t_start, time.time(), strategy.stats.client_metrics, strategy.eval_client_metrics))
+        row.update(ledger.round_row(row["seconds"], t_start, time.time(), result.stats.client_metrics, evaluated.client_metrics))
         writer.append(row)
         if sink is not None:
             sink.add(row)

@@ -58,8 +58,7 @@ def federation(tmp: Path, name: str, store: str, restart: bool) -> dict[str, obj
                     nid: Context(1, nid, dict(c.node_config), RecordDict(), dict(c.run_config)) for nid, c in grid.contexts.items()
                 }
             eval_msgs = list(strategy.configure_evaluate(rnd, record, ConfigRecord(), grid))
-            strategy.aggregate_evaluate(rnd, grid.send_and_receive(eval_msgs))
-            out["eval"] = dict(strategy.eval_stats)
+            out["eval"] = dict(strategy.aggregate_evaluate(rnd, grid.send_and_receive(eval_msgs)).stats)
             if before is not None:
                 out["survived"] = all(
                     set(b) == set(a := DiskStore(state_dir).load(p)) and all(np.array_equal(b[k], a[k]) for k in b)

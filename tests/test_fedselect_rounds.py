@@ -70,11 +70,12 @@ def test_uploads_carry_global_coordinates_only_and_server_averages_per_coordinat
                     expected_bytes += array_bytes(np.packbits(~m.reshape(-1))) + len(n)
             global_masks.append({n: ~m for n, m in m_cur.items()})
             thetas.append(theta)
-        new, _ = strategy.aggregate_train(rnd, replies)
-        assert new is not None and strategy.stats.failures == 0
-        assert strategy.stats.bytes_up == expected_bytes
-        ups.append(strategy.stats.bytes_up)
-        downs.append(strategy.stats.bytes_down)
+        result = strategy.aggregate_train(rnd, replies)
+        new = result.arrays
+        assert new is not None and result.stats.failures == 0
+        assert result.stats.bytes_up == expected_bytes
+        ups.append(result.stats.bytes_up)
+        downs.append(result.stats.bytes_down)
         new_np = wire.from_record(new)
         for n in shapes:
             count = np.sum([g[n] for g in global_masks], axis=0)

@@ -64,9 +64,9 @@ class Federation:
     def train_round(self, rnd: int) -> tuple[list[Any], list[Any]]:
         sent = list(self.strategy.configure_train(rnd, self.record, ConfigRecord(), self.grid))
         replies = list(self.grid.send_and_receive(sent))
-        new, _ = self.strategy.aggregate_train(rnd, replies)
-        assert new is not None and self.strategy.stats.failures == 0, self.strategy.stats.reasons
-        self.record = new
+        result = self.strategy.aggregate_train(rnd, replies)
+        assert result.arrays is not None and result.stats.failures == 0, result.stats.reasons
+        self.record = result.arrays
         return sent, replies
 
     @property

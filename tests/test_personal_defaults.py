@@ -90,7 +90,6 @@ def test_the_personalised_mean_is_over_clients_that_have_test_samples() -> None:
         ),
         Message(RecordDict({"metrics": MetricRecord({"num-examples": 0, "partition-id": 1})}), reply_to=ask[1]),
     ]
-    strategy.aggregate_evaluate(1, replies)
-    assert strategy.eval_stats == {
+    assert strategy.aggregate_evaluate(1, replies).stats == {
         "personalized_accuracy": 0.5, "personalized_accuracy_min": 0.5, "personalized_accuracy_max": 0.5, "evaluated_clients": 1,
     }  # fmt: skip
