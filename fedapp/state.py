@@ -1,6 +1,9 @@
 """Per-client state that outlives a round (scores, masks, personal parameters, flags).
 
-Two stores with one interface, keyed by partition id:
+A client's state is a set of named records, each a dict of arrays: ``store.load(partition,
+key)`` and ``store.save(partition, key, arrays)`` (``save_all`` for several records that must
+change together), so each method names its own records and never filters or merges another's.
+Two stores with one interface:
 
 * ``ContextStore`` keeps arrays in Flower's ``Context.state`` (per run, per node;
   shipped with every message in deployment, lost when a SuperNode restarts).
@@ -47,55 +50,93 @@ def token_folder(root: str | Path, token: str) -> Path:
     return Path(root) / token
 
 
-class StateStore(Protocol):
-    def load(self, pid: int) -> dict[str, np.ndarray]: ...
+KEY = re.compile(r"[a-z][a-z0-9-]{0,63}")  # a state key: what a method calls one of its records
 
-    def save(self, pid: int, arrays: dict[str, np.ndarray]) -> None: ...
+
+def check_key(key: str) -> str:
+    if not KEY.fullmatch(key):
+        raise ValueError(f"state key {key!r}: expected lower-case letters, digits and '-', starting with a letter")
+    return key
+
+
+class StateStore(Protocol):
+    """A client's state as named records: ``load(partition, key)`` -> that record's arrays ({} if
+    never saved); ``save`` replaces one record, ``save_all`` several at once (atomically on disk),
+    leaving every other record of the partition as it was."""
+
+    def load(self, partition: int, key: str) -> dict[str, np.ndarray]: ...
+
+    def save(self, partition: int, key: str, arrays: dict[str, np.ndarray]) -> None: ...
+
+    def save_all(self, partition: int, records: dict[str, dict[str, np.ndarray]]) -> None: ...
 
 
 class MemoryStore:
-    """Plain dict store (in-process engine and tests)."""
+    """Plain dict store (client-policy unit tests)."""
 
     def __init__(self) -> None:
-        self._data: dict[int, dict[str, np.ndarray]] = {}
+        self._data: dict[tuple[int, str], dict[str, np.ndarray]] = {}
 
-    def load(self, pid: int) -> dict[str, np.ndarray]:
-        return {k: v.copy() for k, v in self._data.get(pid, {}).items()}
+    def load(self, partition: int, key: str) -> dict[str, np.ndarray]:
+        return {k: v.copy() for k, v in self._data.get((partition, check_key(key)), {}).items()}
 
-    def save(self, pid: int, arrays: dict[str, np.ndarray]) -> None:
-        self._data[pid] = {k: np.array(v, copy=True) for k, v in arrays.items()}
+    def save(self, partition: int, key: str, arrays: dict[str, np.ndarray]) -> None:
+        self.save_all(partition, {key: arrays})
+
+    def save_all(self, partition: int, records: dict[str, dict[str, np.ndarray]]) -> None:
+        for key, arrays in records.items():
+            self._data[(partition, check_key(key))] = {k: np.array(v, copy=True) for k, v in arrays.items()}
 
 
 class ContextStore:
-    """Arrays kept in ``context.state`` under one ArrayRecord per partition."""
+    """One ArrayRecord per partition and key in ``context.state`` (``fedapp-<partition>/<key>``)."""
 
     def __init__(self, context: Context) -> None:
         self.context = context
 
-    def load(self, pid: int) -> dict[str, np.ndarray]:
-        rec = self.context.state.array_records.get(f"fedapp-{pid}")
+    def load(self, partition: int, key: str) -> dict[str, np.ndarray]:
+        rec = self.context.state.array_records.get(f"fedapp-{partition}/{check_key(key)}")
         return from_record(rec) if rec is not None else {}
 
-    def save(self, pid: int, arrays: dict[str, np.ndarray]) -> None:
-        self.context.state[f"fedapp-{pid}"] = to_record(arrays) if arrays else ArrayRecord()
+    def save(self, partition: int, key: str, arrays: dict[str, np.ndarray]) -> None:
+        self.save_all(partition, {key: arrays})
+
+    def save_all(self, partition: int, records: dict[str, dict[str, np.ndarray]]) -> None:
+        for key, arrays in records.items():
+            self.context.state[f"fedapp-{partition}/{check_key(key)}"] = to_record(arrays) if arrays else ArrayRecord()
 
 
 class DiskStore:
-    """One compressed-free ``.npz`` per client, replaced atomically on save."""
+    """One uncompressed ``.npz`` per client holding every record as ``<key>/<array name>`` entries,
+    replaced atomically on save. A file with an entry outside any record was written by an older
+    fedapp (one unkeyed dict per client): it is refused with a message, never read as empty state."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
 
-    def path(self, pid: int) -> Path:
-        return self.root / f"client-{pid}.npz"
+    def path(self, partition: int) -> Path:
+        return self.root / f"client-{partition}.npz"
 
-    def load(self, pid: int) -> dict[str, np.ndarray]:
-        p = self.path(pid)
+    def load(self, partition: int, key: str) -> dict[str, np.ndarray]:
+        prefix = check_key(key) + "/"
+        return {name[len(prefix) :]: a for name, a in self._read(partition).items() if name.startswith(prefix)}
+
+    def save(self, partition: int, key: str, arrays: dict[str, np.ndarray]) -> None:
+        self.save_all(partition, {key: arrays})
+
+    def save_all(self, partition: int, records: dict[str, dict[str, np.ndarray]]) -> None:
+        replaced = {check_key(k) + "/" for k in records}
+        kept = {n: a for n, a in self._read(partition).items() if not n.startswith(tuple(replaced))}
+        fresh = {f"{key}/{name}": a for key, arrays in records.items() for name, a in arrays.items()}
+        save_npz_atomic(self.path(partition), {**kept, **fresh})
+
+    def _read(self, partition: int) -> dict[str, np.ndarray]:
+        p = self.path(partition)
         if not p.exists():
             return {}
         try:
             with np.load(p, allow_pickle=False) as data:
-                return {k: data[k] for k in data.files}
+                arrays = {k: data[k] for k in data.files}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
             aside = p.with_name(p.name + ".corrupt")
             os.replace(p, aside)
@@ -103,9 +144,13 @@ class DiskStore:
                 f"client state file {p} is unreadable ({type(err).__name__}: {err}); moved to {aside.name}, "
                 "the client starts afresh next round"
             ) from None
-
-    def save(self, pid: int, arrays: dict[str, np.ndarray]) -> None:
-        save_npz_atomic(self.path(pid), arrays)
+        unkeyed = sorted(n for n in arrays if "/" not in n)
+        if unkeyed:
+            raise StateError(
+                f"client state file {p} was written by an older fedapp (entry {unkeyed[0]!r} belongs to no state key): "
+                "this run cannot be resumed with this version; start it afresh (overwrite=true or a new run-dir)"
+            )
+        return arrays
 
 
 def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:

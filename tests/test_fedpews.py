@@ -245,9 +245,9 @@ def test_scores_persist_in_the_state_store_and_are_not_uploaded() -> None:
     store = MemoryStore()
     ref = {"pews-ref": {"1": np.full(4, 0.5, np.float32), "3": np.full(3, 0.5, np.float32)}}
     first = PeWSClient(parse(RunConfig, SYN), PeWSParams()).train(job_for({}, store, 1, {"phase": "warmup"}, ref))
-    saved = store.load(0)
-    assert set(saved) == {"pews-scores/1", "pews-scores/3"}
-    s1 = np.concatenate([saved["pews-scores/1"], saved["pews-scores/3"]])
+    saved = store.load(0, "pews-scores")
+    assert set(saved) == {"1", "3"}
+    s1 = np.concatenate([saved["1"], saved["3"]])
     assert not np.allclose(s1, 0.0)  # 4 score steps moved them away from s0 = 0
     job2 = job_for({}, store, 2, {"phase": "warmup", "pews-seen": 1}, ref)
     assert np.array_equal(PeWSClient(job2.cfg, PeWSParams()).load_scores(job2, neuron_layout(job2.model)).numpy(), s1)

@@ -20,12 +20,18 @@ from fedapp import wire
 from fedapp.data import dataset_for
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
+from fedapp.methods.personal import MASK_CURRENT, MASK_NEXT, SAVED_ROUND, THETA
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 from fedapp.state import DiskStore
 from fedapp.strategy import MaskedStrategy
 
 N, ROUNDS, RESTART_AFTER = 3, 3, 2
+
+
+def whole(store: DiskStore, pid: int) -> dict[str, np.ndarray]:
+    """Every record FedSelect keeps for ``pid``, as one dict."""
+    return {f"{key}/{n}": a for key in (THETA, MASK_CURRENT, MASK_NEXT, SAVED_ROUND) for n, a in store.load(pid, key).items()}
 
 
 def federation(tmp: Path, name: str, store: str, restart: bool) -> dict[str, object]:
@@ -52,7 +58,7 @@ def federation(tmp: Path, name: str, store: str, restart: bool) -> dict[str, obj
         assert new is not None
         record = new
         if rnd == RESTART_AFTER:
-            before = [DiskStore(state_dir).load(p) for p in range(N)] if store == "disk" else None
+            before = [whole(DiskStore(state_dir), p) for p in range(N)] if store == "disk" else None
             if restart:  # stop every client: fresh Context, empty state, same node config
                 grid.contexts = {
                     nid: Context(1, nid, dict(c.node_config), RecordDict(), dict(c.run_config)) for nid, c in grid.contexts.items()
@@ -61,11 +67,11 @@ def federation(tmp: Path, name: str, store: str, restart: bool) -> dict[str, obj
             out["eval"] = dict(strategy.aggregate_evaluate(rnd, grid.send_and_receive(eval_msgs)).stats)
             if before is not None:
                 out["survived"] = all(
-                    set(b) == set(a := DiskStore(state_dir).load(p)) and all(np.array_equal(b[k], a[k]) for k in b)
+                    set(b) == set(a := whole(DiskStore(state_dir), p)) and all(np.array_equal(b[k], a[k]) for k in b)
                     for p, b in enumerate(before)
                 )
     out["global"] = wire.from_record(record)
-    out["state"] = [DiskStore(state_dir).load(p) for p in range(N)] if store == "disk" else None
+    out["state"] = [whole(DiskStore(state_dir), p) for p in range(N)] if store == "disk" else None
     return out
 
 
@@ -75,7 +81,7 @@ def test_disk_state_survives_a_restart_between_rounds(tmp_path: Path) -> None:
     assert restarted["survived"] is True
     assert restarted["eval"] == steady["eval"] and steady["eval"]["evaluated_clients"] == N  # type: ignore[index]
     for a, b in zip(steady["state"], restarted["state"], strict=True):  # type: ignore[call-overload]
-        assert set(a) == set(b) and any(k.startswith("mcur:") for k in a)
+        assert set(a) == set(b) and any(k.startswith(MASK_CURRENT + "/") for k in a)
         for k in a:
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)  # masks (packed bits), θ_k, BN buffers, round
     for k, v in steady["global"].items():  # type: ignore[attr-defined]

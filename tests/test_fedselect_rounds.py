@@ -17,7 +17,7 @@ from fedapp import wire
 from fedapp.data import dataset_for
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
-from fedapp.methods.personal import eligible, unpack
+from fedapp.methods.personal import MASK_CURRENT, THETA, eligible, unpack
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 from fedapp.state import DiskStore
@@ -54,9 +54,8 @@ def test_uploads_carry_global_coordinates_only_and_server_averages_per_coordinat
         for reply in replies:
             assert not reply.has_error(), reply.error.reason if reply.has_error() else ""
             pid = int(reply.content["metrics"]["partition-id"])  # type: ignore[arg-type]
-            raw_state = store.load(pid)
-            m_cur = unpack("mcur", raw_state, shapes)
-            theta = {k.split(":", 1)[1]: v for k, v in raw_state.items() if k.startswith("theta:")}
+            m_cur = unpack(store.load(pid, MASK_CURRENT), shapes)
+            theta = store.load(pid, THETA)
             got = wire.decode(reply.content["values"], reply.content["mask"], old, 1.0)  # type: ignore[arg-type]
             assert set(got.values) == {n for n, m in m_cur.items() if (~m).any()}  # parameters only, never a personal-only tensor
             for n, m in m_cur.items():

@@ -33,7 +33,8 @@ from fedapp.models import build_model
 
 log = logging.getLogger("flwr")
 
-BN_RECORD = "bn-stats"
+BN_RECORD = "bn-stats"  # reply record: BatchNorm statistics for the server's evaluation
+BN_STATE = "bn-stats"  # state key: this client's own BatchNorm statistics
 REFERENCE = 0  # partition whose BatchNorm statistics the server evaluates with
 
 
@@ -148,13 +149,13 @@ class FedPartServer(ServerPolicy):
 class FedPartClient(ClientPolicy):
     def train(self, job: ClientJob) -> ClientResult:
         g = int(job.config.get("group-index", FULL))
-        own = job.store.load(job.pid)  # this client's BatchNorm statistics; the global copies are the server's
+        own = job.store.load(job.pid, BN_STATE)  # this client's BatchNorm statistics; the global copies are the server's
         if own:
             load_host_arrays(job.model, own, strict=False)
         trainable = train_only(job.model, g)
         stats = self.fit(job)
         buffers = host_arrays(dict(job.model.named_buffers()))
-        job.store.save(job.pid, buffers)
+        job.store.save(job.pid, BN_STATE, buffers)
         records = {BN_RECORD: buffers} if job.config.get("send-bn-stats") else {}
         metrics = {**train_metrics(stats), "group-index": g}
         return ClientResult(metrics=metrics, upload=trainable, records=records)

@@ -196,8 +196,8 @@ class PeWSClient(ClientPolicy):
 
     def load_scores(self, job: ClientJob, layout: NeuronLayout) -> torch.Tensor:
         """s_i from the state store; s0 on the first warmup participation (or if it was lost)."""
-        state = job.store.load(job.pid)
-        pieces = [state.get(f"{SCORES}/{n}") for n in self.names(layout)]
+        state = job.store.load(job.pid, SCORES)
+        pieces = [state.get(n) for n in self.names(layout)]
         if all(piece is not None and piece.shape == (layer.out_width,) for piece, layer in zip(pieces, layout.hidden, strict=True)):
             return torch.from_numpy(np.concatenate(pieces).astype(np.float32)).to(job.device)  # type: ignore[arg-type]
         if job.config.get("pews-seen"):
@@ -205,8 +205,7 @@ class PeWSClient(ClientPolicy):
         return torch.full((layout.total,), float(job.params.mask_init), device=job.device)
 
     def save_scores(self, job: ClientJob, layout: NeuronLayout, scores: np.ndarray) -> None:
-        pieces = {f"{SCORES}/{n}": s for n, s in zip(self.names(layout), layout.split(scores), strict=True)}
-        job.store.save(job.pid, {**job.store.load(job.pid), **pieces})
+        job.store.save(job.pid, SCORES, dict(zip(self.names(layout), layout.split(scores), strict=True)))
 
     def reference(self, job: ClientJob, layout: NeuronLayout) -> torch.Tensor | None:
         if job.params.diversity_weight <= 0:

@@ -28,6 +28,8 @@ from fedapp.methods.tiers import (
     state_of,
 )
 
+PERSONAL_MODEL = "personal-model"  # state key: the client's whole trained model (its personal model)
+
 
 def merge(model: torch.nn.Module, personal: dict[str, np.ndarray], active: dict[str, np.ndarray]) -> None:
     """Active entries keep the global values already in ``model``; all else is personal."""
@@ -40,15 +42,15 @@ class FedSPUClient(ClientPolicy):
 
     def train(self, job: ClientJob) -> ClientResult:
         active = active_masks(job, job_neurons(job))
-        merge(job.model, job.store.load(job.pid) or state_of(initial_model(self.cfg)), active)
+        merge(job.model, job.store.load(job.pid, PERSONAL_MODEL) or state_of(initial_model(self.cfg)), active)
         params = dict(job.model.named_parameters())
         stats = self.fit(job, job.to_device({k: m for k, m in active.items() if k in params}))
-        job.store.save(job.pid, state_of(job.model))
+        job.store.save(job.pid, PERSONAL_MODEL, state_of(job.model))
         return ClientResult(metrics={**train_metrics(stats), **es_metrics(job.model, job, stats.loss, self.params.es_lambda)}, masks=active)
 
     def evaluate(self, job: ClientJob) -> dict[str, float]:
         """The stored personal model (w0 if never selected) on the local test split."""
-        personal = job.store.load(job.pid)
+        personal = job.store.load(job.pid, PERSONAL_MODEL)
         load_state(job.model, personal or state_of(initial_model(self.cfg)))
         return local_scores(job.model, job)
 

@@ -45,35 +45,37 @@ def personal_fraction(masks: Masks) -> float:
     return sum(int(m.sum()) for m in masks.values()) / total if total else 0.0
 
 
-def pack(prefix: str, masks: Masks) -> dict[str, np.ndarray]:
-    return {f"{prefix}:{n}": np.packbits(m.reshape(-1)) for n, m in masks.items()}
+def pack(masks: Masks) -> dict[str, np.ndarray]:
+    return {n: np.packbits(m.reshape(-1)) for n, m in masks.items()}
 
 
-def unpack(prefix: str, state: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> Masks:
-    return {n: np.unpackbits(state[f"{prefix}:{n}"], count=int(np.prod(s))).astype(bool).reshape(s) for n, s in shapes.items()}
+def unpack(packed: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> Masks:
+    return {n: np.unpackbits(packed[n], count=int(np.prod(s))).astype(bool).reshape(s) for n, s in shapes.items()}
+
+
+THETA, MASK_CURRENT, MASK_NEXT, SAVED_ROUND = "theta", "mask-current", "mask-next", "saved-round"  # state keys, saved together
 
 
 class PersonalState:
-    """θ_k, m_cur, m_next and the round they were saved in, as one store entry."""
+    """θ_k, m_cur, m_next and the round they were saved in: four state records, saved together."""
 
     def __init__(self, theta: dict[str, np.ndarray], m_cur: Masks, m_next: Masks, saved_round: int):
         self.theta, self.m_cur, self.m_next, self.saved_round = theta, m_cur, m_next, saved_round
 
     @classmethod
     def load(cls, job: ClientJob) -> PersonalState | None:
-        raw = job.store.load(job.pid)
-        if not raw:
+        saved = job.store.load(job.pid, SAVED_ROUND)
+        if not saved:
             return None
-        shapes = eligible(job.model)
-        theta = {k.split(":", 1)[1]: v for k, v in raw.items() if k.startswith("theta:")}
-        return cls(theta, unpack("mcur", raw, shapes), unpack("mnext", raw, shapes), int(raw["round"].reshape(-1)[0]))
+        shapes, load = eligible(job.model), job.store.load
+        m_cur, m_next = unpack(load(job.pid, MASK_CURRENT), shapes), unpack(load(job.pid, MASK_NEXT), shapes)
+        return cls(load(job.pid, THETA), m_cur, m_next, int(saved["round"].reshape(-1)[0]))
 
     def save(self, job: ClientJob) -> None:
-        arrays = {f"theta:{k}": v for k, v in self.theta.items()}
-        arrays.update(pack("mcur", self.m_cur))
-        arrays.update(pack("mnext", self.m_next))
-        arrays["round"] = np.array([self.saved_round], np.int64)
-        job.store.save(job.pid, arrays)
+        job.store.save_all(job.pid, {
+            THETA: self.theta, MASK_CURRENT: pack(self.m_cur), MASK_NEXT: pack(self.m_next),
+            SAVED_ROUND: {"round": np.array([self.saved_round], np.int64)},
+        })  # fmt: skip
 
 
 def model_arrays(model: nn.Module) -> dict[str, np.ndarray]:
