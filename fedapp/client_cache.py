@@ -23,7 +23,8 @@ from flwr.app import ArrayRecord
 from fedapp import wire
 from fedapp.config import RunConfig
 from fedapp.data import Dataset
-from fedapp.methods.registry import Method, resolve
+from fedapp.methods.base import Method
+from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 
 _lock = threading.Lock()

@@ -27,7 +27,8 @@ from fedapp.device import describe, load_host_arrays, process_device
 from fedapp.energy.ledger import Ledger
 from fedapp.evaluate import evaluate
 from fedapp.logs import log_meters
-from fedapp.methods.registry import Method, resolve
+from fedapp.methods.base import Method
+from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 from fedapp.progress import RoundLog, RoundReporter
 from fedapp.provenance import collect

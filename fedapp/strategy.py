@@ -37,8 +37,6 @@ from fedapp.methods.base import Reply, ServerPolicy
 
 log = logging.getLogger("flwr")
 
-RESERVED = {"arrays", "arrays-mask", "config", "values", "mask", "metrics"}
-
 
 @dataclass
 class RoundStats:
@@ -131,7 +129,7 @@ class MaskedStrategy(Strategy):
             else:
                 content["arrays"], content["arrays-mask"] = wire.encode(self.global_np, task.download_masks)
             for name, record in task.records.items():
-                if name in RESERVED:
+                if name in wire.RESERVED:
                     raise ValueError(f"method record name {name!r} clashes with a reserved record")
                 content[name] = wire.to_record(record)
             content["config"] = ConfigRecord({**dict(config), **task.config, "server-round": server_round, "partition-id": pid})

@@ -87,6 +87,17 @@ class ClientResult:
     records: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # extra ArrayRecords
 
 
+@dataclass(frozen=True)
+class Method:
+    """What a method module exports as ``METHOD`` (and the registry names): its two halves and
+    the frozen dataclass of its own run-config keys (None: it has none)."""
+
+    name: str
+    server: type[ServerPolicy]
+    client: type[ClientPolicy]
+    params: type | None = None
+
+
 def settings_of(cfg: RunConfig) -> TrainSettings:
     return TrainSettings(
         epochs=cfg.local_epochs, steps=cfg.local_steps, batch_size=cfg.batch_size, lr=cfg.lr,

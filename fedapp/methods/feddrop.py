@@ -8,9 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from fedapp.masks import neuron_layout
-from fedapp.methods.base import ClientJob
+from fedapp.methods.base import ClientJob, Method
 from fedapp.methods.dropout import SubModelClient
-from fedapp.methods.registry import Method
 from fedapp.methods.tiers import TieredServer, TierParams, initial_model, load_state, local_scores, state_of
 from fedapp.submodel import extract_submodel
 

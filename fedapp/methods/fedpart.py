@@ -27,8 +27,7 @@ from fedapp.data import dataset_for
 from fedapp.device import host_arrays, load_host_arrays
 from fedapp.layer_schedule import FULL, ORDERS, schedule, schedule_length
 from fedapp.masks import LayerGroup, layer_groups
-from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, RecordSpec, Reply, ServerPolicy, train_metrics
-from fedapp.methods.registry import Method
+from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, NodeTask, RecordSpec, Reply, ServerPolicy, train_metrics
 from fedapp.models import build_model
 
 log = logging.getLogger("flwr")

@@ -30,9 +30,20 @@ from torch import nn
 
 from fedapp.config import RunConfig, key, non_negative, one_of, positive, unit_interval
 from fedapp.masks import NeuronLayout, model_param_masks, neuron_layout
-from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, RecordSpec, Reply, ServerPolicy, settings_of, train_metrics
+from fedapp.methods.base import (
+    ClientJob,
+    ClientPolicy,
+    ClientResult,
+    Method,
+    NodeTask,
+    RecordSpec,
+    Reply,
+    ServerPolicy,
+    settings_of,
+    train_metrics,
+)
+from fedapp.methods.metric_names import WARMUP
 from fedapp.methods.pews_train import WarmupLoop, masks_to_records, records_to_masks
-from fedapp.methods.registry import Method
 from fedapp.train import bernoulli
 
 log = logging.getLogger("flwr")
@@ -150,7 +161,7 @@ class PeWSServer(ServerPolicy):
 
     def after_round(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         if not self.is_warm(server_round):
-            return {"warmup": False}
+            return {WARMUP: False}
         masks: list[np.ndarray] = []
         for reply in replies:
             mask = self.reply_mask(reply)
@@ -161,7 +172,7 @@ class PeWSServer(ServerPolicy):
                 self.last[reply.pid] = mask.astype(np.float32)
             elif PROBS in reply.records:
                 self.last[reply.pid] = np.concatenate([reply.records[PROBS][n].astype(np.float32) for n in self.layer_names])
-        return {"warmup": True, **mask_stats(masks)}
+        return {WARMUP: True, **mask_stats(masks)}
 
 
 class PeWSClient(ClientPolicy):

@@ -17,10 +17,10 @@ import torch
 
 from fedapp.config import RunConfig
 from fedapp.masks import NeuronLayout, model_param_masks, neuron_layout
-from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, RecordSpec, Reply, train_metrics
+from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, NodeTask, RecordSpec, Reply, train_metrics
 from fedapp.methods.fedpews import PeWSParams, PeWSServer, mask_stats
+from fedapp.methods.metric_names import WARMUP
 from fedapp.methods.pews_train import input_masks, masks_to_records, records_to_masks
-from fedapp.methods.registry import Method
 
 BLOCK = "pews-neuron-mask"
 
@@ -51,8 +51,8 @@ class FixedServer(PeWSServer):
 
     def after_round(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         if not self.is_warm(server_round):
-            return {"warmup": False}
-        return {"warmup": True, **mask_stats([self.blocks[r.pid] for r in replies])}
+            return {WARMUP: False}
+        return {WARMUP: True, **mask_stats([self.blocks[r.pid] for r in replies])}
 
 
 class FixedClient(ClientPolicy):

@@ -14,8 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, train_metrics
-from fedapp.methods.registry import Method
+from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, train_metrics
 from fedapp.methods.tiers import (
     TieredServer,
     TierParams,

@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fedapp.config import AUTO_LOCAL_TEST, PERSONAL_LOCAL_TEST, ConfigError, RunConfig, check_known, fields_of, parse
 
-if TYPE_CHECKING:
-    from fedapp.methods.base import ClientPolicy, ServerPolicy
+if TYPE_CHECKING:  # importing base would load torch: resolving a config stays light
+    from fedapp.methods.base import Method
 
 # name -> module holding METHOD; a new method is one file plus one line here.
 MODULES: dict[str, str] = {
@@ -28,14 +27,6 @@ MODULES: dict[str, str] = {
     "fedpews": "fedapp.methods.fedpews",
     "fedpews-fixed": "fedapp.methods.fedpews_fixed",
 }
-
-
-@dataclass(frozen=True)
-class Method:
-    name: str
-    server: type[ServerPolicy]
-    client: type[ClientPolicy]
-    params: type | None = None  # frozen dataclass of this method's own run-config keys
 
 
 def get_method(name: str) -> Method:

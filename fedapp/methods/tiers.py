@@ -28,6 +28,7 @@ from fedapp.device import host_arrays, load_host_arrays
 from fedapp.masks import model_param_masks, neuron_layout
 from fedapp.methods.base import ClientJob, NodeTask, Reply, Scalar, ServerPolicy, local_test_scores
 from fedapp.methods.early_stop import EarlyStopping
+from fedapp.methods.metric_names import CLIENT_ACTIVE_FRACTION, ES_ROUND_CODE
 from fedapp.models import build_model
 
 RECORD = "neuron-masks"
@@ -203,10 +204,10 @@ class TieredServer(ServerPolicy):
         row: dict[str, Any] = {
             "active_clients": len(self.es.pool),
             "stopped_clients": len(self.es.stopped),
-            "client_active_fraction": {str(r.pid): self.p[r.pid] for r in sorted(replies, key=lambda r: r.pid)},
+            CLIENT_ACTIVE_FRACTION: {str(r.pid): self.p[r.pid] for r in sorted(replies, key=lambda r: r.pid)},
         }
         if self.es.first_short_round == server_round:
-            row["es_round_code"] = server_round
+            row[ES_ROUND_CODE] = server_round
         return row
 
     def finished(self, server_round: int) -> bool:
