@@ -49,7 +49,7 @@ class RecordingGrid(LocalGrid):
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RecordingGrid, dict[str, Any]]:
-    from client_app import app as client_app
+    from fedapp.client_app import app as client_app
 
     raw = full_config({**TINY, "run-dir": str(tmp_path_factory.mktemp("fedpart") / "run")})
     grid = RecordingGrid(client_app, raw, 3)

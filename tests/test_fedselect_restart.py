@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Context, RecordDict
 
-from client_app import app as client_app
 from fedapp import wire
+from fedapp.client_app import app as client_app
 from fedapp.data import dataset_for
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config

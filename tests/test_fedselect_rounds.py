@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 from flwr.app import Array, ConfigRecord
 
-from client_app import app as client_app
 from fedapp import wire
+from fedapp.client_app import app as client_app
 from fedapp.data import dataset_for
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config

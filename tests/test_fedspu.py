@@ -48,7 +48,7 @@ class Federation:
     """Server policy + MaskedStrategy + ClientApp on an in-process grid, driven round by round."""
 
     def __init__(self, tmp: Path, overrides: dict[str, Any], node_configs: list[dict[str, Any]] | None = None):
-        from client_app import app
+        from fedapp.client_app import app
 
         self.raw = full_config({**BASE, "run-dir": str(tmp), **overrides})
         self.cfg, method, self.params = resolve(self.raw)
