@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedapp.config import RunConfig, key, non_negative, one_of, positive, unit_interval
+from fedapp.config import RunConfig, finite, key, non_negative, one_of, positive, unit_interval
 from fedapp.masks import NeuronLayout, model_param_masks, neuron_layout
 from fedapp.methods.base import (
     ClientJob,
@@ -49,10 +49,6 @@ from fedapp.train import bernoulli
 log = logging.getLogger("flwr")
 
 REF, MASK, PROBS, SCORES = "pews-ref", "pews-mask", "pews-probs", "pews-scores"
-
-
-def finite(v: Any) -> str | None:
-    return None if math.isfinite(v) else "a finite number"
 
 
 @dataclass(frozen=True)
