@@ -20,6 +20,7 @@ MODULES: dict[str, str] = {
     "local": "fedapp.methods.local",
     "fedavg-ft": "fedapp.methods.fedavg_ft",
     "fedper": "fedapp.methods.fedper",
+    "fedbn": "fedapp.methods.fedbn",
     "fedpart": "fedapp.methods.fedpart",
     "fedspu": "fedapp.methods.fedspu",
     "fjord": "fedapp.methods.fjord",
