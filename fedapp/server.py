@@ -165,7 +165,7 @@ def rounds(
     writer.write_json("meters.json", meters)
     log_meters(meters)
     ledger = Ledger()
-    policy = method.server(cfg, params, initial, roster.info)
+    policy = method.server(cfg, params, initial, roster.info, model)
     strategy = MaskedStrategy(cfg, policy, roster.nodes)
     arrays, first, token, done = initial, 1, checkpoint.new_token(cfg.run_dir), False
     if ckpt is not None:

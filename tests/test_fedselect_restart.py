@@ -44,9 +44,10 @@ def federation(tmp: Path, name: str, store: str, restart: bool) -> dict[str, obj
     )  # fmt: skip
     cfg, method, params = resolve(raw)
     ds = dataset_for(cfg)
-    arrays = {k: v.numpy().copy() for k, v in build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed).state_dict().items()}
+    model = build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
+    arrays = {k: v.numpy().copy() for k, v in model.state_dict().items()}
     grid = LocalGrid(client_app, raw, N, [{"state-dir": str(state_dir)} for _ in range(N)])
-    strategy = MaskedStrategy(cfg, method.server(cfg, params, arrays, {}), {p: 1000 + p for p in range(N)})
+    strategy = MaskedStrategy(cfg, method.server(cfg, params, arrays, {}, model), {p: 1000 + p for p in range(N)})
     record = wire.to_record(arrays)
     out: dict[str, object] = {"masks": []}
     for rnd in range(1, ROUNDS + 1):

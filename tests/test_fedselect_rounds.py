@@ -44,7 +44,7 @@ def test_uploads_carry_global_coordinates_only_and_server_averages_per_coordinat
     shapes = eligible(model)
     arrays = {k: v.numpy().copy() for k, v in model.state_dict().items()}
     grid = LocalGrid(client_app, raw, N)
-    strategy = MaskedStrategy(cfg, method.server(cfg, params, arrays, {}), {p: 1000 + p for p in range(N)})
+    strategy = MaskedStrategy(cfg, method.server(cfg, params, arrays, {}, model), {p: 1000 + p for p in range(N)})
     store = DiskStore(tmp_path / "run" / "client-state")
     record, ups, downs, all_personal_seen = wire.to_record(arrays), [], [], 0
     for rnd in range(1, 5):

@@ -56,8 +56,9 @@ class Federation:
         roster = Roster(self.grid, self.cfg.num_clients)
         roster.discover(5.0)
         nodes, info = roster.nodes, roster.info
-        self.w0 = {k: v.detach().numpy().copy() for k, v in initial_model(self.cfg).state_dict().items()}
-        self.policy: Any = method.server(self.cfg, self.params, self.w0, info)
+        model = initial_model(self.cfg)
+        self.w0 = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+        self.policy: Any = method.server(self.cfg, self.params, self.w0, info, model)
         self.strategy = MaskedStrategy(self.cfg, self.policy, nodes)
         self.record = wire.to_record(self.w0)
         self.store = DiskStore(tmp / "client-state")

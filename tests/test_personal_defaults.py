@@ -80,7 +80,7 @@ def test_the_personalised_mean_is_over_clients_that_have_test_samples() -> None:
 
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1  # type: ignore[misc]
     cfg = resolve(full_config({"personalized-eval": True}))[0]
-    strategy = MaskedStrategy(cfg, ServerPolicy(cfg, None, {}, {}), {0: 10, 1: 11})
+    strategy = MaskedStrategy(cfg, ServerPolicy(cfg, None, {}, {}, torch.nn.Linear(1, 1)), {0: 10, 1: 11})
     strategy.eval_nodes = {0: 10, 1: 11}  # the evaluate tasks went there
     strategy.sizes = (SplitSize(train=6, test=4), SplitSize(train=6, test=0))  # partition 1: no local test samples
     ask = [Message(RecordDict(), dst_node_id=node, message_type="evaluate") for node in (10, 11)]

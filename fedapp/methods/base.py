@@ -112,8 +112,13 @@ class ServerPolicy:
     personalized_eval = False
     eval_records: frozenset[str] = frozenset()  # reply records that serve evaluation only: counted in bytes_up_eval, not bytes_up
 
-    def __init__(self, cfg: RunConfig, params: Any, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Scalar]]):
-        self.cfg, self.params, self.initial, self.node_info = cfg, params, initial, node_info
+    def __init__(
+        self, cfg: RunConfig, params: Any, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Scalar]], model: nn.Module
+    ):
+        """``initial``: w0 as host arrays; ``node_info``: each partition's discovery facts; ``model``:
+        the server's built model (its structure: neuron layout, layer groups, buffers), never rebuilt
+        here. A policy reads it and never trains it (the server evaluates with it)."""
+        self.cfg, self.params, self.initial, self.node_info, self.model = cfg, params, initial, node_info, model
 
     @classmethod
     def check_config(cls, cfg: RunConfig, params: Any) -> None:

@@ -83,11 +83,11 @@ def train_only(model: nn.Module, group_index: int) -> set[str]:
 class FedPartServer(ServerPolicy):
     eval_records = frozenset({BN_RECORD})
 
-    def __init__(self, cfg: RunConfig, params: FedPartParams, initial: dict[str, np.ndarray], node_info: dict[int, Any]):
-        super().__init__(cfg, params, initial, node_info)
-        model, in_shape, self.groups = model_structure(cfg)
+    def __init__(self, cfg: RunConfig, params: FedPartParams, initial: dict[str, np.ndarray], node_info: dict[int, Any], model: nn.Module):
+        super().__init__(cfg, params, initial, node_info, model)
+        self.groups = layer_groups(model)
         self.sizes = group_sizes(model, self.groups)
-        self.macs = group_macs(model, in_shape, self.groups)
+        self.macs = group_macs(model, dataset_for(cfg).in_shape, self.groups)
         self.plan = plan_of(cfg, params, len(self.groups))
         self.buffers = {n: initial[n] for n, _ in model.named_buffers()}
         self.eval_buffers: dict[str, np.ndarray] = {}

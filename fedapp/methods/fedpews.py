@@ -78,15 +78,6 @@ def warmup_rounds(params: PeWSParams, cfg: RunConfig) -> int:
     return math.floor(params.warmup_fraction * cfg.num_server_rounds + 0.5)
 
 
-def model_layout(cfg: RunConfig) -> tuple[nn.Module, NeuronLayout]:
-    from fedapp.data import dataset_for
-    from fedapp.models import build_model
-
-    ds = dataset_for(cfg)
-    model = build_model(cfg, ds.in_shape, ds.num_classes)
-    return model, neuron_layout(model)
-
-
 def mask_stats(masks: list[np.ndarray]) -> dict[str, float]:
     """``mask_density``: mean fraction of hidden neurons kept; ``mask_overlap``: mean pairwise
     Jaccard index |m_i & m_j| / |m_i | m_j| of the clients' neuron masks (0 = disjoint)."""
@@ -102,9 +93,11 @@ def mask_stats(masks: list[np.ndarray]) -> dict[str, float]:
 class PeWSServer(ServerPolicy):
     """Warmup bookkeeping: phase per round, ref_i per client, last masks, mask metrics."""
 
-    def __init__(self, cfg: RunConfig, params: PeWSParams, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Any]]):
-        super().__init__(cfg, params, initial, node_info)
-        self.layout = model_layout(cfg)[1]
+    def __init__(
+        self, cfg: RunConfig, params: PeWSParams, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Any]], model: nn.Module
+    ):
+        super().__init__(cfg, params, initial, node_info, model)
+        self.layout = neuron_layout(model)
         self.warmup = warmup_rounds(params, cfg)
         self.last: dict[int, np.ndarray] = {}  # pid -> last uploaded neuron mask (or probabilities), flat over h
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from fedapp.config import RunConfig
 from fedapp.masks import NeuronLayout, model_param_masks, neuron_layout
@@ -37,8 +38,10 @@ def fixed_blocks(widths: tuple[int, ...], num_clients: int) -> list[np.ndarray]:
 
 
 class FixedServer(PeWSServer):
-    def __init__(self, cfg: RunConfig, params: PeWSParams, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Any]]):
-        super().__init__(cfg, params, initial, node_info)
+    def __init__(
+        self, cfg: RunConfig, params: PeWSParams, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Any]], model: nn.Module
+    ):
+        super().__init__(cfg, params, initial, node_info, model)
         self.blocks = fixed_blocks(self.layout.widths, cfg.num_clients)
 
     def node_task(self, server_round: int, pid: int) -> NodeTask:

@@ -164,13 +164,13 @@ class TieredServer(ServerPolicy):
     personalized_eval = True
     params: TierParams
 
-    def __init__(self, cfg: RunConfig, params: Any, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Scalar]]):
-        super().__init__(cfg, params, initial, node_info)
+    def __init__(
+        self, cfg: RunConfig, params: Any, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Scalar]], model: torch.nn.Module
+    ):
+        super().__init__(cfg, params, initial, node_info, model)
         pids = sorted(node_info) or list(range(cfg.num_clients))
         self.p = {pid: active_fraction(pid, node_info.get(pid, {}), params, cfg.num_clients) for pid in pids}
-        model = initial_model(cfg)
         self.layout = neuron_layout(model)
-        self.model = model
         per_round = max(1, round(cfg.fraction_train * len(pids)))
         self.es = EarlyStopping(pids, per_round, params.es_compare, params.early_stopping)
 
