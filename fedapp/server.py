@@ -23,7 +23,7 @@ from fedapp import checkpoint, rundir, wire
 from fedapp.client_config_errors import stop_on_config_errors
 from fedapp.config import ConfigError, RunConfig
 from fedapp.data import Dataset, check_partition, dataset_for
-from fedapp.device import describe, load_host_arrays, process_device
+from fedapp.device import describe, host_arrays, load_host_arrays, process_device
 from fedapp.energy.ledger import Ledger
 from fedapp.evaluate import evaluate
 from fedapp.logs import log_meters
@@ -90,7 +90,7 @@ def serve(
         ds = dataset_for(cfg)
         with torch.device("cpu"):  # w0 from the CPU generator on every machine
             model = build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
-        initial = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+        initial = host_arrays(model.state_dict())
         model.to(device)
         config = resolved_config(cfg, params)
         if ckpt is not None:

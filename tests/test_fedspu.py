@@ -16,6 +16,7 @@ from fedapp import wire
 from fedapp.aggregate import Contribution
 from fedapp.config import ConfigError
 from fedapp.data import client_data
+from fedapp.device import load_host_arrays
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
 from fedapp.evaluate import evaluate
@@ -31,7 +32,6 @@ from fedapp.methods.tiers import (
     initial_model,
     kept_count,
     leftmost_neurons,
-    load_state,
     random_neurons,
 )
 from fedapp.roster import Roster
@@ -164,7 +164,7 @@ def test_personal_evaluation_uses_the_stored_model_or_w0(tmp_path: Path) -> None
     accs = {int(m["partition-id"]): float(m["accuracy"]) for m in (r.content["metrics"] for r in fed.grid.send_and_receive(msgs))}  # type: ignore[arg-type]
     for pid, arrays in ((trained, fed.store.load(trained, PERSONAL_MODEL)), (untouched, fed.w0)):
         model = initial_model(fed.cfg)
-        load_state(model, arrays)
+        load_host_arrays(model, arrays)
         data = client_data(fed.cfg, pid)
         assert accs[pid] == evaluate(model, torch.from_numpy(data.x_test), torch.from_numpy(data.y_test))[0]
     assert not fed.store.load(untouched, PERSONAL_MODEL)

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedapp.device import host_arrays, load_host_arrays
 from fedapp.masks import neuron_layout
 from fedapp.methods.base import ClientJob, Method
 from fedapp.methods.dropout import SubModelClient
-from fedapp.methods.tiers import TieredServer, TierParams, initial_model, load_state, local_scores, state_of
+from fedapp.methods.tiers import TieredServer, TierParams, initial_model, local_scores
 from fedapp.submodel import extract_submodel
 
 MODEL, NEURONS = "model", "neurons"  # state keys: the model after training, the neurons it kept
@@ -19,14 +20,14 @@ MODEL, NEURONS = "model", "neurons"  # state keys: the model after training, the
 class FedDropClient(SubModelClient):
     def after_train(self, job: ClientJob, neurons: list[np.ndarray]) -> None:
         names = [layer.name for layer in neuron_layout(job.model).hidden]
-        job.store.save_all(job.pid, {MODEL: state_of(job.model), NEURONS: dict(zip(names, neurons, strict=True))})
+        job.store.save_all(job.pid, {MODEL: host_arrays(job.model.state_dict()), NEURONS: dict(zip(names, neurons, strict=True))})
 
     def evaluate(self, job: ClientJob) -> dict[str, float]:
         saved = job.store.load(job.pid, MODEL)
         if not saved:
-            load_state(job.model, state_of(initial_model(self.cfg)))
+            load_host_arrays(job.model, host_arrays(initial_model(self.cfg).state_dict()))
             return local_scores(job.model, job)
-        load_state(job.model, saved)
+        load_host_arrays(job.model, saved)
         kept = job.store.load(job.pid, NEURONS)
         names = [layer.name for layer in neuron_layout(job.model).hidden]
         return local_scores(extract_submodel(job.model, [kept[n] for n in names])[0], job)

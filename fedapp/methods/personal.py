@@ -78,14 +78,6 @@ class PersonalState:
         })  # fmt: skip
 
 
-def model_arrays(model: nn.Module) -> dict[str, np.ndarray]:
-    return host_arrays(model.state_dict())
-
-
-def load_arrays(model: nn.Module, arrays: dict[str, np.ndarray]) -> None:
-    load_host_arrays(model, arrays)
-
-
 class PersonalClient(ClientPolicy):
     """Merge -> switch masks -> local update -> next mask -> upload the global part.
 
@@ -117,12 +109,12 @@ class PersonalClient(ClientPolicy):
             if not all(r.all() for r in job.received.values()) and job.server_round > 1:
                 log.warning("client %d: no stored state but the server sent only part of the model (state lost?)", job.pid)
             return self.initial_mask(job.model)
-        received = model_arrays(job.model)
+        received = host_arrays(job.model.state_dict())
         theta = dict(state.theta)
         for name, m_old in state.m_cur.items():
             take = ~m_old & job.received[name]
             theta[name] = np.where(take, received[name], theta[name])
-        load_arrays(job.model, theta)
+        load_host_arrays(job.model, theta)
         return state.m_next
 
     def train(self, job: ClientJob) -> ClientResult:
@@ -130,7 +122,7 @@ class PersonalClient(ClientPolicy):
         start = {n: p.detach().clone() for n, p in job.model.named_parameters() if n in m_cur}
         stats = self.local_update(job, m_cur)
         m_next = self.next_mask(job, m_cur, start)
-        PersonalState(model_arrays(job.model), m_cur, m_next, job.server_round).save(job)
+        PersonalState(host_arrays(job.model.state_dict()), m_cur, m_next, job.server_round).save(job)
         metrics: dict[str, float] = {**train_metrics(stats), "personal-fraction": personal_fraction(m_cur)}
         metrics["personal-fraction-next"] = personal_fraction(m_next)
         return ClientResult(metrics=metrics, masks={n: ~m for n, m in m_cur.items()}, upload=set(m_cur))
@@ -139,7 +131,7 @@ class PersonalClient(ClientPolicy):
         """Accuracy of the client's own model (as left by its last local training)."""
         state = PersonalState.load(job)
         if state is not None and state.saved_round <= job.server_round:
-            load_arrays(job.model, state.theta)
+            load_host_arrays(job.model, state.theta)
         return local_test_scores(job.model, job)
 
 

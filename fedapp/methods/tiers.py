@@ -24,7 +24,6 @@ import torch
 
 from fedapp.config import ConfigError, RunConfig, float_list, key, one_of, unit_interval
 from fedapp.data import dataset_for
-from fedapp.device import host_arrays, load_host_arrays
 from fedapp.masks import model_param_masks, neuron_layout
 from fedapp.methods.base import ClientJob, NodeTask, Reply, Scalar, ServerPolicy, local_test_scores
 from fedapp.methods.early_stop import EarlyStopping
@@ -132,14 +131,6 @@ def active_masks(job: ClientJob, neurons: list[np.ndarray]) -> dict[str, np.ndar
         if not job.received[k][m].all():
             raise ValueError(f"server did not send the global values of every active entry of {k}")
     return masks
-
-
-def state_of(model: torch.nn.Module) -> dict[str, np.ndarray]:
-    return host_arrays(model.state_dict())
-
-
-def load_state(model: torch.nn.Module, arrays: dict[str, np.ndarray]) -> None:
-    load_host_arrays(model, arrays)
 
 
 def local_scores(model: torch.nn.Module, job: ClientJob) -> dict[str, float]:
