@@ -8,10 +8,10 @@ import torch
 
 from fedapp.data import client_data, dataset_for
 from fedapp.engine.run_local import full_config
-from fedapp.layer_schedule import FULL
 from fedapp.masks import layer_groups
 from fedapp.methods.base import ClientJob
 from fedapp.methods.fedpart import BN_STATE, FedPartClient
+from fedapp.methods.layer_schedule import FULL
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 from fedapp.runtime import configure_threads

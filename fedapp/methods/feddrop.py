@@ -11,15 +11,15 @@ from fedapp.device import host_arrays, load_host_arrays
 from fedapp.masks import neuron_layout
 from fedapp.methods.base import ClientJob, Method
 from fedapp.methods.dropout import SubModelClient
+from fedapp.methods.submodel import extract_submodel
 from fedapp.methods.tiers import TieredServer, TierParams, initial_model, local_scores
-from fedapp.submodel import extract_submodel
 
 MODEL, NEURONS = "model", "neurons"  # state keys: the model after training, the neurons it kept
 
 
 class FedDropClient(SubModelClient):
     def after_train(self, job: ClientJob, neurons: list[np.ndarray]) -> None:
-        names = [layer.name for layer in neuron_layout(job.model).hidden]
+        names = neuron_layout(job.model).hidden_names
         job.store.save_all(job.pid, {MODEL: host_arrays(job.model.state_dict()), NEURONS: dict(zip(names, neurons, strict=True))})
 
     def evaluate(self, job: ClientJob) -> dict[str, float]:
@@ -29,7 +29,7 @@ class FedDropClient(SubModelClient):
             return local_scores(job.model, job)
         load_host_arrays(job.model, saved)
         kept = job.store.load(job.pid, NEURONS)
-        names = [layer.name for layer in neuron_layout(job.model).hidden]
+        names = neuron_layout(job.model).hidden_names
         return local_scores(extract_submodel(job.model, [kept[n] for n in names])[0], job)
 
 

@@ -21,13 +21,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedapp.accounting import group_macs, group_sizes, round_macs, round_params
 from fedapp.config import ConfigError, RunConfig, key, non_negative, one_of, positive
 from fedapp.data import dataset_for
 from fedapp.device import host_arrays, load_host_arrays
-from fedapp.layer_schedule import FULL, ORDERS, schedule, schedule_length
 from fedapp.masks import LayerGroup, layer_groups
+from fedapp.methods.accounting import group_macs, group_sizes, round_macs, round_params
 from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, NodeTask, RecordSpec, Reply, ServerPolicy, train_metrics
+from fedapp.methods.layer_schedule import FULL, ORDERS, schedule, schedule_length
 from fedapp.models import build_model
 
 log = logging.getLogger("flwr")

@@ -109,7 +109,7 @@ class PeWSServer(ServerPolicy):
             return NodeTask(config={"phase": "full"})
         task = NodeTask(config={"phase": "warmup", "pews-seen": int(pid in self.last)})
         if self.params.diversity_weight > 0:
-            task.records[REF] = dict(zip(self.layer_names, self.layout.split(self.reference(pid)), strict=True))
+            task.records[REF] = dict(zip(self.layout.hidden_names, self.layout.split(self.reference(pid)), strict=True))
         return task
 
     def reply_records(self, server_round: int, pid: int) -> dict[str, RecordSpec]:
@@ -121,10 +121,6 @@ class PeWSServer(ServerPolicy):
         if self.params.diversity_ref == "probs":
             out[PROBS] = {layer.name: ((layer.out_width,), "float32") for layer in self.layout.hidden}
         return out
-
-    @property
-    def layer_names(self) -> list[str]:
-        return [layer.name for layer in self.layout.hidden]
 
     def reference(self, pid: int) -> np.ndarray:
         """ref_i: mean of the other clients' last masks; sigmoid(s0) before any is known (D2)."""
@@ -160,7 +156,7 @@ class PeWSServer(ServerPolicy):
             if self.params.diversity_ref == "masks":
                 self.last[reply.pid] = mask.astype(np.float32)
             elif PROBS in reply.records:
-                self.last[reply.pid] = np.concatenate([reply.records[PROBS][n].astype(np.float32) for n in self.layer_names])
+                self.last[reply.pid] = np.concatenate([reply.records[PROBS][n].astype(np.float32) for n in self.layout.hidden_names])
         return {WARMUP: True, **mask_stats(masks)}
 
 
@@ -186,18 +182,14 @@ class PeWSClient(ClientPolicy):
         self.save_scores(job, layout, scores.cpu().numpy())
         records = {MASK: masks_to_records(upload, layout)}
         if p.diversity_ref == "probs":
-            records[PROBS] = dict(zip(self.names(layout), layout.split(probs.astype(np.float32)), strict=True))
+            records[PROBS] = dict(zip(layout.hidden_names, layout.split(probs.astype(np.float32)), strict=True))
         metrics = {**train_metrics(stats), "mask-density": float(upload.mean())}
         return ClientResult(metrics, masks=model_param_masks(job.model, layout.split(upload), p.mask_extent), records=records)
-
-    @staticmethod
-    def names(layout: NeuronLayout) -> list[str]:
-        return [layer.name for layer in layout.hidden]
 
     def load_scores(self, job: ClientJob, layout: NeuronLayout) -> torch.Tensor:
         """s_i from the state store; s0 on the first warmup participation (or if it was lost)."""
         state = job.store.load(job.pid, SCORES)
-        pieces = [state.get(n) for n in self.names(layout)]
+        pieces = [state.get(n) for n in layout.hidden_names]
         if all(piece is not None and piece.shape == (layer.out_width,) for piece, layer in zip(pieces, layout.hidden, strict=True)):
             return torch.from_numpy(np.concatenate(pieces).astype(np.float32)).to(job.device)  # type: ignore[arg-type]
         if job.config.get("pews-seen"):
@@ -205,7 +197,7 @@ class PeWSClient(ClientPolicy):
         return torch.full((layout.total,), float(job.params.mask_init), device=job.device)
 
     def save_scores(self, job: ClientJob, layout: NeuronLayout, scores: np.ndarray) -> None:
-        job.store.save(job.pid, SCORES, dict(zip(self.names(layout), layout.split(scores), strict=True)))
+        job.store.save(job.pid, SCORES, dict(zip(layout.hidden_names, layout.split(scores), strict=True)))
 
     def reference(self, job: ClientJob, layout: NeuronLayout) -> torch.Tensor | None:
         if job.params.diversity_weight <= 0:
@@ -213,7 +205,7 @@ class PeWSClient(ClientPolicy):
         rec = job.records.get(REF)
         if rec is None:
             raise ValueError(f"warmup round with diversity-weight > 0 but no {REF!r} record in the message")
-        pieces = [np.asarray(rec[n], np.float32) for n in self.names(layout)]
+        pieces = [np.asarray(rec[n], np.float32) for n in layout.hidden_names]
         return torch.from_numpy(np.concatenate(pieces)).to(job.device)
 
 

@@ -10,8 +10,8 @@ import numpy as np
 from fedapp.masks import neuron_layout
 from fedapp.methods.base import ClientJob, Method
 from fedapp.methods.dropout import SubModelClient
+from fedapp.methods.submodel import extract_submodel
 from fedapp.methods.tiers import TieredServer, TierParams, leftmost_neurons, local_scores
-from fedapp.submodel import extract_submodel
 
 
 class FjORDServer(TieredServer):

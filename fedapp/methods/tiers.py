@@ -96,10 +96,6 @@ def neuron_seed(seed: int, server_round: int, pid: int) -> int:
     return int(np.random.SeedSequence([seed, server_round, pid]).generate_state(1)[0])
 
 
-def pack(layer_names: list[str], neurons: list[np.ndarray]) -> dict[str, np.ndarray]:
-    return {name: np.packbits(m) for name, m in zip(layer_names, neurons, strict=True)}
-
-
 def initial_model(cfg: RunConfig) -> torch.nn.Module:
     """w0: the seeded initial model, which server and clients rebuild identically (on the
     CPU, from the CPU generator; a client loads its values into the model on its device)."""
@@ -111,7 +107,6 @@ def initial_model(cfg: RunConfig) -> torch.nn.Module:
 def job_neurons(job: ClientJob) -> list[np.ndarray]:
     """The kept neurons the server chose for this client this round (bits or seed)."""
     layout = neuron_layout(job.model)
-    names = [layer.name for layer in layout.hidden]
     if "neuron-seed" in job.config:
         params: TierParams = job.params
         p = float(job.config["active-fraction"])
@@ -119,9 +114,7 @@ def job_neurons(job: ClientJob) -> list[np.ndarray]:
     bits = job.records.get(RECORD)
     if bits is None:  # full model (p >= 0.99): active_masks checks everything was sent
         return [np.ones(w, bool) for w in layout.widths]
-    if set(bits) != set(names):
-        raise ValueError(f"{RECORD!r} names layers {sorted(bits)}, model has hidden layers {names}")
-    return [np.unpackbits(bits[n], count=w).astype(bool) for n, w in zip(names, layout.widths, strict=True)]
+    return layout.unpack_neurons(bits, RECORD)
 
 
 def active_masks(job: ClientJob, neurons: list[np.ndarray]) -> dict[str, np.ndarray]:
@@ -181,7 +174,7 @@ class TieredServer(ServerPolicy):
         if self.params.mask_transport == "seed":
             task.config["neuron-seed"] = neuron_seed(self.cfg.seed, server_round, pid)
         else:
-            task.records[RECORD] = pack([layer.name for layer in self.layout.hidden], neurons)
+            task.records[RECORD] = self.layout.pack_neurons(neurons)
         task.download_masks = model_param_masks(self.model, neurons)
         return task
 
