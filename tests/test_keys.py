@@ -61,3 +61,15 @@ def test_fedapp_keys_prints_common_and_the_methods_keys_with_default_allowed_and
         default = f'"{f.default}"' if isinstance(f.default, str) else str(f.default)
         assert f"  {name} = {default}    [{allowed_of(f)}]\n      {f.metadata['doc']}" in text
     assert "  lr = 0.05    [a number > 0]\n" in text and "  resume = false    [true or false]\n" in text
+
+
+def test_fedpews_fixed_has_only_the_warmup_key_and_a_mask_key_is_reported_unused() -> None:
+    from fedapp.engine.run_local import full_config
+    from fedapp.run_checks import unused_keys
+
+    raw = full_config({"method": "fedpews-fixed", "mask-impl": "activation", "warmup-fraction": 0.25})
+    cfg, method, params = resolve(raw)
+    assert set(fields_of(type(params))) == {"warmup-fraction"} and params.warmup_fraction == 0.25
+    assert unused_keys(raw, cfg, method) == [
+        "run-config key 'mask-impl' = 'activation' is not used by method 'fedpews-fixed' (used by fedpews); ignored"
+    ]

@@ -52,10 +52,16 @@ REF, MASK, PROBS, SCORES = "pews-ref", "pews-mask", "pews-probs", "pews-scores"
 
 
 @dataclass(frozen=True)
-class PeWSParams:
-    """FedPeWS hyperparameters (spec §3 and the D-decisions of §6)."""
+class WarmupParams:
+    """The warmup's length: FedPeWS-Fixed's only key (its masks are the server's blocks)."""
 
     warmup_fraction: float = key(0.125, unit_interval, "tau: warmup rounds W = round(tau * num-server-rounds)")
+
+
+@dataclass(frozen=True)
+class PeWSParams(WarmupParams):
+    """FedPeWS hyperparameters (spec §3 and the D-decisions of §6): the warmup's length, then the learned masks'."""
+
     diversity_weight: float = key(5.0, non_negative, "lambda: weight of the mask-diversity term (0 disables it)")
     mask_lr: float = key(0.1, positive, "eta_s: learning rate of the mask-score step")
     mask_init: float = key(0.0, finite, "s0: initial mask score of every hidden neuron (keep probability sigmoid(s0))")
@@ -73,7 +79,7 @@ class PeWSParams:
     ste: str = key("sigmoid", one_of("sigmoid", "identity"), "straight-through scope (D5): keep sigmoid'(s), or pass dL/dm to s")
 
 
-def warmup_rounds(params: PeWSParams, cfg: RunConfig) -> int:
+def warmup_rounds(params: WarmupParams, cfg: RunConfig) -> int:
     """W = round(tau * T), rounding halves up (Python's round() would round 2.5 to 2)."""
     return math.floor(params.warmup_fraction * cfg.num_server_rounds + 0.5)
 
@@ -94,7 +100,7 @@ class PeWSServer(ServerPolicy):
     """Warmup bookkeeping: phase per round, ref_i per client, last masks, mask metrics."""
 
     def __init__(
-        self, cfg: RunConfig, params: PeWSParams, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Any]], model: nn.Module
+        self, cfg: RunConfig, params: WarmupParams, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Any]], model: nn.Module
     ):
         super().__init__(cfg, params, initial, node_info, model)
         self.layout = neuron_layout(model)
