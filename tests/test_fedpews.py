@@ -15,7 +15,7 @@ from fedapp.methods.base import ClientJob
 from fedapp.methods.fedpews import PeWSClient, PeWSParams, PeWSServer, mask_stats, warmup_rounds
 from fedapp.methods.fedpews_fixed import FixedClient, fixed_blocks
 from fedapp.methods.pews_train import WarmupLoop, diversity_term, input_masks, masks_to_records, records_to_masks, split
-from fedapp.methods.tiers import initial_model
+from fedapp.models import initial_model
 from fedapp.models.cnn import cnn
 from fedapp.models.mlp import mlp
 from fedapp.state import MemoryStore

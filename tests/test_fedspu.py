@@ -29,11 +29,11 @@ from fedapp.methods.tiers import (
     RECORD,
     TierParams,
     active_fraction,
-    initial_model,
     kept_count,
     leftmost_neurons,
     random_neurons,
 )
+from fedapp.models import initial_model
 from fedapp.roster import Roster
 from fedapp.state import DiskStore
 from fedapp.strategy import MaskedStrategy

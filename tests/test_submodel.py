@@ -12,7 +12,8 @@ from torch import nn
 from fedapp.masks import model_param_masks, neuron_layout
 from fedapp.methods.fedspu import PERSONAL_MODEL
 from fedapp.methods.submodel import extract_submodel, write_back
-from fedapp.methods.tiers import RECORD, initial_model, random_neurons
+from fedapp.methods.tiers import RECORD, random_neurons
+from fedapp.models import initial_model
 from fedapp.models.fedspu_cnn import cifar_cnn, emnist_cnn, speech_cnn
 from fedapp.models.mlp import mlp
 from tests.test_fedspu import Federation, bits

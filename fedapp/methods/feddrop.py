@@ -9,10 +9,11 @@ import numpy as np
 
 from fedapp.device import host_arrays, load_host_arrays
 from fedapp.masks import neuron_layout
-from fedapp.methods.base import ClientJob, Method
+from fedapp.methods.base import ClientJob, Method, local_test_scores
 from fedapp.methods.dropout import SubModelClient
 from fedapp.methods.submodel import extract_submodel
-from fedapp.methods.tiers import TieredServer, TierParams, initial_model, local_scores
+from fedapp.methods.tiers import TieredServer, TierParams
+from fedapp.models import initial_model
 
 MODEL, NEURONS = "model", "neurons"  # state keys: the model after training, the neurons it kept
 
@@ -26,11 +27,11 @@ class FedDropClient(SubModelClient):
         saved = job.store.load(job.pid, MODEL)
         if not saved:
             load_host_arrays(job.model, host_arrays(initial_model(self.cfg).state_dict()))
-            return local_scores(job.model, job)
+            return local_test_scores(job.model, job)
         load_host_arrays(job.model, saved)
         kept = job.store.load(job.pid, NEURONS)
         names = neuron_layout(job.model).hidden_names
-        return local_scores(extract_submodel(job.model, [kept[n] for n in names])[0], job)
+        return local_test_scores(extract_submodel(job.model, [kept[n] for n in names])[0], job)
 
 
 METHOD = Method("feddrop", TieredServer, FedDropClient, TierParams)

@@ -15,16 +15,10 @@ import numpy as np
 import torch
 
 from fedapp.device import host_arrays, load_host_arrays
-from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, train_metrics
-from fedapp.methods.tiers import (
-    TieredServer,
-    TierParams,
-    active_masks,
-    es_metrics,
-    initial_model,
-    job_neurons,
-    local_scores,
-)
+from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, local_test_scores, train_metrics
+from fedapp.methods.tier_client import active_masks, es_metrics, job_neurons
+from fedapp.methods.tiers import TieredServer, TierParams
+from fedapp.models import initial_model
 
 PERSONAL_MODEL = "personal-model"  # state key: the client's whole trained model (its personal model)
 
@@ -50,7 +44,7 @@ class FedSPUClient(ClientPolicy):
         """The stored personal model (w0 if never selected) on the local test split."""
         personal = job.store.load(job.pid, PERSONAL_MODEL)
         load_host_arrays(job.model, personal or host_arrays(initial_model(self.cfg).state_dict()))
-        return local_scores(job.model, job)
+        return local_test_scores(job.model, job)
 
 
 METHOD = Method("fedspu", TieredServer, FedSPUClient, TierParams)

@@ -1,4 +1,5 @@
-"""Device tiers and per-round neuron selection shared by FedSPU, FjORD and FedDrop.
+"""Device tiers, per-round neuron selection and the server half shared by FedSPU, FjORD and
+FedDrop (their client helpers: tier_client.py).
 
 A client's active fraction p comes from what its node reported in the discovery
 query (node-config ``active-fraction``, or ``tier`` = index into run-config
@@ -23,12 +24,10 @@ import numpy as np
 import torch
 
 from fedapp.config import ConfigError, RunConfig, float_list, key, one_of, unit_interval
-from fedapp.data import dataset_for
 from fedapp.masks import model_param_masks, neuron_layout
-from fedapp.methods.base import ClientJob, NodeTask, Reply, Scalar, ServerPolicy, local_test_scores
+from fedapp.methods.base import NodeTask, Reply, Scalar, ServerPolicy
 from fedapp.methods.early_stop import EarlyStopping
 from fedapp.methods.metric_names import CLIENT_ACTIVE_FRACTION, ES_ROUND_CODE
-from fedapp.models import build_model
 
 RECORD = "neuron-masks"
 
@@ -94,51 +93,6 @@ def leftmost_neurons(widths: tuple[int, ...], p: float, rounding: str = "floor")
 def neuron_seed(seed: int, server_round: int, pid: int) -> int:
     """Seed of one client's selection in one round (spec S1: run seed, round, partition id)."""
     return int(np.random.SeedSequence([seed, server_round, pid]).generate_state(1)[0])
-
-
-def initial_model(cfg: RunConfig) -> torch.nn.Module:
-    """w0: the seeded initial model, which server and clients rebuild identically (on the
-    CPU, from the CPU generator; a client loads its values into the model on its device)."""
-    ds = dataset_for(cfg)
-    with torch.device("cpu"):
-        return build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
-
-
-def job_neurons(job: ClientJob) -> list[np.ndarray]:
-    """The kept neurons the server chose for this client this round (bits or seed)."""
-    layout = neuron_layout(job.model)
-    if "neuron-seed" in job.config:
-        params: TierParams = job.params
-        p = float(job.config["active-fraction"])
-        return random_neurons(layout.widths, p, int(job.config["neuron-seed"]), params.kept_rounding)
-    bits = job.records.get(RECORD)
-    if bits is None:  # full model (p >= 0.99): active_masks checks everything was sent
-        return [np.ones(w, bool) for w in layout.widths]
-    return layout.unpack_neurons(bits, RECORD)
-
-
-def active_masks(job: ClientJob, neurons: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """Parameter masks of the active set; checks the server sent global values for all of it."""
-    masks = model_param_masks(job.model, neurons)
-    for k, m in masks.items():
-        if not job.received[k][m].all():
-            raise ValueError(f"server did not send the global values of every active entry of {k}")
-    return masks
-
-
-def local_scores(model: torch.nn.Module, job: ClientJob) -> dict[str, float]:
-    """Accuracy and loss on the local test split, in eval mode (BN statistics untouched)."""
-    return local_test_scores(model, job)
-
-
-def es_metrics(model: torch.nn.Module, job: ClientJob, train_loss: float, lam: float) -> dict[str, float]:
-    """The local-test loss of the trained model and the early-stopping loss (spec §1.3);
-    a client with no local test sample stops on its training loss alone."""
-    scores = local_scores(model, job)
-    if "loss" not in scores:
-        return {"es-loss": train_loss}
-    val_loss = scores["loss"]
-    return {"val-loss": val_loss, "es-loss": lam * train_loss + (1 - lam) * val_loss}
 
 
 class TieredServer(ServerPolicy):

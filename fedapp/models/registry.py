@@ -41,6 +41,18 @@ def build_model(cfg: RunConfig, in_shape: tuple[int, ...], num_classes: int, see
     return MODELS[cfg.model](cfg, in_shape, num_classes)
 
 
+def initial_model(cfg: RunConfig) -> nn.Module:
+    """w0: the seeded initial model, which server and clients rebuild identically (on the
+    CPU, from the CPU generator; a client loads its values into the model on its device)."""
+    import torch
+
+    from fedapp.data import dataset_for
+
+    ds = dataset_for(cfg)
+    with torch.device("cpu"):
+        return build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
+
+
 def _image(name: str, in_shape: tuple[int, ...]) -> None:
     if len(in_shape) != 3:
         raise ValueError(f"model {name!r} needs image inputs (C, H, W); this dataset has feature shape {in_shape}")
