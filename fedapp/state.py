@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Protocol
@@ -32,6 +31,7 @@ from typing import Protocol
 import numpy as np
 from flwr.app import ArrayRecord, Context
 
+from fedapp.atomic import write_atomic
 from fedapp.wire import from_record, to_record
 
 TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")  # checkpoint.new_token's alphabet, one path component
@@ -155,14 +155,4 @@ class DiskStore:
 
 def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """Write ``path`` so that a crash leaves either the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)  # type: ignore[arg-type]
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, lambda fh: np.savez(fh, **arrays))  # type: ignore[arg-type]
