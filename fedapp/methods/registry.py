@@ -1,4 +1,6 @@
-"""Method registry: name -> (server policy, client policy, hyperparameter dataclass)."""
+"""Method registry: name -> the module whose ``METHOD`` (methods/base.py ``Method``) holds its server
+policy, client policy and hyperparameter dataclass. Modules load on first use, so resolving a
+run-config imports only the method it names (and no torch until then)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from fedapp.config import AUTO_LOCAL_TEST, PERSONAL_LOCAL_TEST, ConfigError, Run
 if TYPE_CHECKING:  # importing base would load torch: resolving a config stays light
     from fedapp.methods.base import Method
 
-# name -> module holding METHOD; a new method is one file plus one line here.
+# name -> module holding METHOD. A new method is one file plus one line here; a new run-config key
+# of it also gets its default in pyproject's [tool.flwr.app.config] (tests/test_keys.py names a missing one).
 MODULES: dict[str, str] = {
     "fedavg": "fedapp.methods.fedavg",
     "fedprox": "fedapp.methods.fedprox",
