@@ -36,6 +36,7 @@ from fedapp.results import RunWriter, resolved_config
 from fedapp.roster import Roster
 from fedapp.run_checks import check_run
 from fedapp.runtime import configure_threads
+from fedapp.state import unkeyed_files
 from fedapp.strategy import EvalResult, MaskedStrategy, RoundResult
 from fedapp.tensorboard_sink import TensorBoardSink, open_sink
 
@@ -95,6 +96,12 @@ def serve(
         config = resolved_config(cfg, params)
         if ckpt is not None:
             checkpoint.check_compatible(run_dir, config, ckpt)
+            old = unkeyed_files(run_dir / rundir.CLIENT_STATE / ckpt.token)
+            if old:
+                raise ConfigError(
+                    f"resume=true: client state {old[0]} was written by an older fedapp (one unkeyed dict per client), "
+                    "which this version does not read; start the run afresh (overwrite=true or a new run-dir)"
+                )
             log.info("resuming %s after round %d", run_dir, ckpt.round)
         if cfg.overwrite:
             rundir.clear(run_dir)

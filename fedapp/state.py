@@ -153,6 +153,20 @@ class DiskStore:
         return arrays
 
 
+def unkeyed_files(folder: Path) -> list[Path]:
+    """The client state files in ``folder`` written by an older fedapp (an entry outside any
+    record); only each archive's list of names is read."""
+    old = []
+    for p in sorted(folder.glob("client-*.npz")):
+        try:
+            with zipfile.ZipFile(p) as z:
+                if any("/" not in n.removesuffix(".npy") for n in z.namelist()):
+                    old.append(p)
+        except (OSError, zipfile.BadZipFile):
+            continue  # unreadable: the client moves it aside itself (DiskStore)
+    return old
+
+
 def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """Write ``path`` so that a crash leaves either the old file or the new one, never half."""
     write_atomic(path, lambda fh: np.savez(fh, **arrays))  # type: ignore[arg-type]

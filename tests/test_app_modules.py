@@ -41,3 +41,12 @@ def test_outside_the_app_directory_no_top_level_app_module_is_importable(tmp_pat
     code = "import importlib.util as u; print([m for m in ('client_app', 'server_app') if u.find_spec(m)])"
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True, timeout=300)
     assert out.stdout.strip() == "[]"
+
+
+def test_client_code_imports_no_server_module() -> None:
+    """The client side (client.py, the ClientApp, the query handler) reaches nothing of the server's."""
+    server_side = {"fedapp.strategy", "fedapp.server", "fedapp.server_app", "fedapp.roster", "fedapp.reply_checks"}
+    for name in ("client.py", "client_app.py", "node_query.py", "client_cache.py"):
+        tree = ast.parse((ROOT / "fedapp" / name).read_text())
+        used = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert used & server_side == set(), name

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flwr.app import Context, RecordDict
 
-from fedapp.state import ContextStore, DiskStore, MemoryStore, StateError, StateStore, save_npz_atomic
+from fedapp.state import ContextStore, DiskStore, MemoryStore, StateError, StateStore, save_npz_atomic, unkeyed_files
 
 
 def sample_state() -> dict[str, np.ndarray]:
@@ -68,3 +68,20 @@ def test_memory_store_returns_copies() -> None:
     loaded = store.load(0, "scores")
     loaded["scores"][:] = 7
     assert_same(store.load(0, "scores"), sample_state())
+
+
+def test_resuming_a_run_whose_client_state_an_older_fedapp_wrote_is_refused_before_training(tmp_path: Path) -> None:
+    from fedapp.checkpoint import client_state_dir
+    from fedapp.config import ConfigError
+    from fedapp.engine.run_local import run_local
+
+    run = {"method": "fedselect", "num-clients": 2, "num-server-rounds": 1, "local-steps": 1, "state-store": "disk"}
+    out = run_local({**run, "run-dir": str(tmp_path / "r")})
+    state = client_state_dir(out)
+    assert unkeyed_files(state) == []
+    save_npz_atomic(state / "client-1.npz", {"theta:1.weight": np.zeros(2), "round": np.array([1])})  # the older layout
+    assert unkeyed_files(state) == [state / "client-1.npz"]
+    before = (out / "metrics.jsonl").read_text()
+    with pytest.raises(ConfigError, match=r"resume=true: client state .*client-1.npz was written by an older fedapp"):
+        run_local({**run, "num-server-rounds": 2, "run-dir": str(out), "resume": True})
+    assert (out / "metrics.jsonl").read_text() == before  # nothing done is lost
