@@ -15,7 +15,7 @@ from fedapp.methods.layer_schedule import FULL
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 from fedapp.runtime import configure_threads
-from fedapp.state import MemoryStore
+from tests.memory_store import MemoryStore
 
 configure_threads(1)  # as every entry point does; 2 threads on a loaded 2-core box are ~20x slower
 

@@ -18,8 +18,8 @@ from fedapp.methods.pews_train import WarmupLoop, diversity_term, input_masks, m
 from fedapp.models import initial_model
 from fedapp.models.cnn import cnn
 from fedapp.models.mlp import mlp
-from fedapp.state import MemoryStore
 from fedapp.train import TrainSettings
+from tests.memory_store import MemoryStore
 
 SGD = TrainSettings(epochs=1, steps=0, batch_size=4, lr=0.1)
 MOMENTUM = TrainSettings(epochs=1, steps=0, batch_size=4, lr=0.1, momentum=0.9)

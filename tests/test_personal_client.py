@@ -20,7 +20,7 @@ from fedapp.methods.base import ClientJob
 from fedapp.methods.fedselect import FedSelectClient
 from fedapp.methods.personal import PersonalState
 from fedapp.methods.registry import resolve
-from fedapp.state import MemoryStore
+from tests.memory_store import MemoryStore
 
 BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 

@@ -19,8 +19,8 @@ from fedapp.engine.run_local import full_config, run_local
 from fedapp.methods.base import ClientJob, ClientPolicy, ServerPolicy, local_test_scores
 from fedapp.methods.personal import PersonalClient
 from fedapp.methods.registry import resolve
-from fedapp.state import MemoryStore
 from fedapp.strategy import MaskedStrategy
+from tests.memory_store import MemoryStore
 from tests.run_rows import outcome_rows as rows
 
 DIRICHLET = {"dataset": "digits", "partition": "dirichlet", "dirichlet-alpha": 0.3, "num-clients": 10, "num-server-rounds": 3}

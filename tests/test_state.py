@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from flwr.app import Context, RecordDict
 
-from fedapp.state import ContextStore, DiskStore, MemoryStore, StateError, StateStore, save_npz_atomic, unkeyed_files
+from fedapp.state import ContextStore, DiskStore, StateError, StateStore, save_npz_atomic, unkeyed_files
+from tests.memory_store import MemoryStore
 
 
 def sample_state() -> dict[str, np.ndarray]:
