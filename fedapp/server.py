@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -143,16 +143,20 @@ CORE_KEYS = frozenset({
     "failed_pids", "failure_reasons", "eval_failures", "personalized_accuracy", "personalized_accuracy_min",
     "personalized_accuracy_max", "evaluated_clients", "aggregate_rejected", "train_seconds", "seconds",
 })  # fmt: skip
-"""The round loop's own metrics.jsonl keys; a method's metrics may not reuse one (the ledger's time and
-energy keys follow the method's and are the ledger's: fedapp.energy.ledger)."""
+"""The round loop's own metrics.jsonl keys; a method's metrics may not reuse one, nor one of the
+time and energy keys the ledger adds after them (fedapp.energy.ledger; checked in ``rounds``)."""
+
+
+def check_method_metrics(metrics: Mapping[str, Any], taken: Iterable[str]) -> None:
+    clash = sorted(set(metrics) & set(taken))
+    if clash:
+        raise ValueError(f"method metric(s) {clash} reuse core metrics.jsonl keys; rename them in the method's after_round")
 
 
 def round_row(rnd: int, acc: float, loss: float, result: RoundResult, evaluated: EvalResult) -> dict[str, Any]:
     """One metrics.jsonl row's round part: the core keys, the evaluation's, then the method's own
     (a method metric named like a core key is a bug in the method: ValueError, never an overwrite)."""
-    clash = sorted(CORE_KEYS & set(result.method_metrics))
-    if clash:
-        raise ValueError(f"method metric(s) {clash} reuse core metrics.jsonl keys; rename them in the method's after_round")
+    check_method_metrics(result.method_metrics, CORE_KEYS)
     row: dict[str, Any] = {"round": rnd, "accuracy": acc, "loss": loss, **result.stats.row(evaluated.reasons)}
     row.update(evaluated.stats)
     if result.rejected:
@@ -202,7 +206,9 @@ def rounds(
         acc, loss = central_eval(model, policy.eval_arrays(arrays), x_test, y_test, ds.norm.tensor if ds.norm else None)
         row = round_row(rnd, acc, loss, result, evaluated)
         row["seconds"] = time.perf_counter() - start
-        row.update(ledger.round_row(row["seconds"], t_start, time.time(), result.stats.client_metrics, evaluated.client_metrics))
+        times = ledger.round_row(row["seconds"], t_start, time.time(), result.stats.client_metrics, evaluated.client_metrics)
+        check_method_metrics(result.method_metrics, times)  # the ledger's time and energy keys are core keys too
+        row.update(times)
         writer.append(row)
         if sink is not None:
             sink.add(row)

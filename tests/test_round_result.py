@@ -39,3 +39,14 @@ def test_round_result_unpacks_as_flowers_pair() -> None:
     r = result({})
     arrays, metrics = r
     assert arrays is r.arrays and metrics is r.metrics and dict(metrics) == {"clients": 1}
+
+
+def test_a_method_metric_named_like_a_ledger_key_is_an_error() -> None:
+    from fedapp.energy.ledger import Ledger
+    from fedapp.server import check_method_metrics
+
+    times = Ledger().round_row(1.0, 0.0, 1.0, {0: {"phase-train-s": 0.5}}, {})
+    assert {"train_s", "wait_s", "time_start"} <= set(times)
+    check_method_metrics({"warmup": True}, times)
+    with pytest.raises(ValueError, match=r"\['train_s'\] reuse core metrics.jsonl keys"):
+        check_method_metrics({"train_s": 2.0}, times)
