@@ -17,11 +17,11 @@ import statistics
 
 import torch
 
-from fedapp.accounting import group_macs, group_sizes, round_macs
 from fedapp.engine.run_local import full_config
-from fedapp.layer_schedule import FULL, schedule
 from fedapp.masks import layer_groups
+from fedapp.methods.accounting import group_macs, group_sizes, round_macs
 from fedapp.methods.fedpart import train_only
+from fedapp.methods.layer_schedule import FULL, schedule
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 from fedapp.runtime import configure_threads

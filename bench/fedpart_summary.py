@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedapp.report import Run, load_runs
+from fedapp.report import load_runs
+from fedapp.results import Run
 
 
 def cycle_ends(cfg: dict[str, Any], num_groups: int) -> list[int]:

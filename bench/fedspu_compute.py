@@ -22,11 +22,11 @@ import torch
 from torch import nn
 
 from fedapp.masks import model_param_masks, neuron_layout
+from fedapp.methods.submodel import extract_submodel
 from fedapp.methods.tiers import random_neurons
 from fedapp.models.fedspu_cnn import cifar_cnn, emnist_cnn
 from fedapp.models.mlp import mlp
 from fedapp.runtime import configure_threads
-from fedapp.submodel import extract_submodel
 from fedapp.train import TrainSettings, local_train
 
 TIERS = (0.2, 0.4, 0.6, 0.8, 1.0)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from fedapp.config import ConfigError
+from fedapp.rundir import CLIENT_STATE
 from fedapp.state import save_npz_atomic
 
 FILE = "checkpoint.npz"
@@ -97,7 +98,7 @@ def client_state_dir(run_dir: str | Path) -> Path:
     ckpt = load(run_dir)
     if ckpt is None:
         raise FileNotFoundError(f"{Path(run_dir) / FILE} does not exist: no run has checkpointed in {run_dir}")
-    return Path(run_dir) / "client-state" / ckpt.token
+    return Path(run_dir) / CLIENT_STATE / ckpt.token
 
 
 def check_compatible(run_dir: str | Path, config: dict[str, Any], ckpt: Checkpoint | None = None) -> None:

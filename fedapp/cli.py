@@ -1,4 +1,4 @@
-"""The ``fedapp`` command: run (in-process engine), report, data, energy, deploy (real SuperLink/SuperNodes)."""
+"""The ``fedapp`` command: run (in-process engine), sim, report, keys, data, energy, deploy (real SuperLink/SuperNodes)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keys(args: argparse.Namespace) -> int:
+    from fedapp.keys import keys_text
+    from fedapp.methods.registry import get_method
+
+    if args.method is not None:
+        get_method(args.method)  # an unknown name: the registry's error, naming the allowed ones
+    print(keys_text(args.method))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedapp", description="Partial-network federated learning on Flower")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -83,6 +93,9 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--per-seed", action="store_true", help="add final accuracy (and round to target) per seed, groups side by side")
     rep.add_argument("--warmup", action="store_true", help="add bytes_up in warmup vs full rounds and the warmup mask statistics (FedPeWS)")
     rep.set_defaults(fn=cmd_report)
+    keys = sub.add_parser("keys", help="every run-config key with its default, allowed values and doc (common keys, then the method's)")
+    keys.add_argument("method", nargs="?", help="only this method's own keys after the common ones (default: every method's)")
+    keys.set_defaults(fn=cmd_keys)
     add_data(sub)
     add_energy(sub)
     add_deploy(sub)

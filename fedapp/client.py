@@ -26,9 +26,9 @@ from fedapp.data.on_device import client_tensors
 from fedapp.device import host_arrays, load_host_arrays, node_device
 from fedapp.energy.phases import client_meter, phase, phase_metrics
 from fedapp.methods.base import ClientJob, ClientPolicy
+from fedapp.rundir import CLIENT_STATE
 from fedapp.runtime import configure_threads
 from fedapp.state import ContextStore, DiskStore, StateStore, token_folder
-from fedapp.strategy import RESERVED
 
 
 def state_store(cfg: RunConfig, context: Context, run_token: str = "") -> StateStore:
@@ -39,7 +39,7 @@ def state_store(cfg: RunConfig, context: Context, run_token: str = "") -> StateS
     kind = cfg.state_store if cfg.state_store != "auto" else ("disk" if node_dir else "context")
     if kind == "context":
         return ContextStore(context)
-    root = Path(node_dir) if node_dir else Path(cfg.run_dir) / "client-state"
+    root = Path(node_dir) if node_dir else Path(cfg.run_dir) / CLIENT_STATE
     return DiskStore(token_folder(root, run_token) if run_token else root)
 
 
@@ -87,7 +87,7 @@ def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
     pm = process_model(cfg, ds, device)
     received = load_global(pm, msg.content)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + server_round * 10_007 + pid)
-    records = {n: wire.from_record(r) for n, r in msg.content.array_records.items() if n not in RESERVED}
+    records = {n: wire.from_record(r) for n, r in msg.content.array_records.items() if n not in wire.RESERVED}
     store = state_store(cfg, context, str(config.get("run-token", "")))
     data = client_tensors(cfg, pid, device)
     job = ClientJob(cfg, params, pid, server_round, config, records, pm.model, received, data, store, gen, device)  # type: ignore[arg-type]

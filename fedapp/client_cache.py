@@ -23,7 +23,9 @@ from flwr.app import ArrayRecord
 from fedapp import wire
 from fedapp.config import RunConfig
 from fedapp.data import Dataset
-from fedapp.methods.registry import Method, resolve
+from fedapp.device import host_arrays
+from fedapp.methods.base import Method
+from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 
 _lock = threading.Lock()
@@ -79,7 +81,7 @@ def process_model(cfg: RunConfig, ds: Dataset, device: torch.device) -> ProcessM
         with torch.device("cpu"):
             model = build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
         rng = torch.default_generator.get_state()
-        initial = {k: readonly(v.detach().numpy().copy()) for k, v in model.state_dict().items()}
+        initial = {k: readonly(v) for k, v in host_arrays(model.state_dict()).items()}
         everything = {k: readonly(np.ones(v.shape, bool)) for k, v in initial.items()}
         pm = ProcessModel(model.to(device), initial, everything, rng)
         with _lock:

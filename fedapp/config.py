@@ -9,11 +9,14 @@ its own small dataclass (``Method.params``) instead of one global bag of flags.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar, cast
+
+from fedapp.models.registry import MODELS
 
 Scalar = bool | int | float | str
 
@@ -31,28 +34,35 @@ def key(default: Scalar, check: Callable[[Any], str | None] | None = None, doc: 
     return dataclasses.field(default=default, metadata={"check": check, "doc": doc})
 
 
-def one_of(*allowed: str) -> Callable[[Any], str | None]:
-    return lambda v: None if v in allowed else f"one of {', '.join(allowed)}"
+Check = Callable[[Any], "str | None"]
+ALLOWED: dict[Check, str] = {}  # check -> what it allows, for `fedapp keys`
 
 
-def positive(v: Any) -> str | None:
-    return None if v > 0 else "a number > 0"
+def allows(text: str) -> Callable[[Check], Check]:
+    """Record what a check allows (`fedapp keys` prints it)."""
+
+    def record(check: Check) -> Check:
+        ALLOWED[check] = text
+        return check
+
+    return record
 
 
-def non_negative(v: Any) -> str | None:
-    return None if v >= 0 else "a number >= 0"
+def rule(text: str, ok: Callable[[Any], bool]) -> Check:
+    """A check allowing the values ``ok`` accepts; ``text`` says which (in the error and `fedapp keys`)."""
+    return allows(text)(lambda v: None if ok(v) else text)
 
 
-def fraction(v: Any) -> str | None:
-    return None if 0 < v <= 1 else "a number in (0, 1]"
+def one_of(*allowed: str) -> Check:
+    return rule(f"one of {', '.join(allowed)}", lambda v: v in allowed)
 
 
-def unit_interval(v: Any) -> str | None:
-    return None if 0 <= v <= 1 else "a number in [0, 1]"
-
-
-def half_open_unit(v: Any) -> str | None:
-    return None if 0 <= v < 1 else "a number in [0, 1)"
+positive = rule("a number > 0", lambda v: v > 0)
+non_negative = rule("a number >= 0", lambda v: v >= 0)
+fraction = rule("a number in (0, 1]", lambda v: 0 < v <= 1)
+unit_interval = rule("a number in [0, 1]", lambda v: 0 <= v <= 1)
+half_open_unit = rule("a number in [0, 1)", lambda v: 0 <= v < 1)
+finite = rule("a finite number", math.isfinite)
 
 
 AUTO_LOCAL_TEST = -1.0
@@ -61,10 +71,10 @@ AUTO_LOCAL_TEST = -1.0
 PERSONAL_LOCAL_TEST = 0.25
 
 
-def local_test_check(v: Any) -> str | None:
-    return None if v == AUTO_LOCAL_TEST or 0 <= v < 1 else "a number in [0, 1), or -1 (auto)"
+local_test_check = rule("a number in [0, 1), or -1 (auto)", lambda v: v == AUTO_LOCAL_TEST or 0 <= v < 1)
 
 
+@allows("comma-separated positive integers such as '32,64'")
 def int_list(v: Any) -> str | None:
     ok = re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*", str(v)) and all(int(x) > 0 for x in str(v).split(","))
     return None if ok else "comma-separated positive integers such as '32,64'"
@@ -73,20 +83,19 @@ def int_list(v: Any) -> str | None:
 SEED_MAX = 2**32 - 1  # numpy's legacy seeding and scikit-learn's random_state take 32-bit seeds
 
 
-def seed_range(v: Any) -> str | None:
-    return None if 0 <= v <= SEED_MAX else f"an integer in 0..{SEED_MAX}"
+seed_range = rule(f"an integer in 0..{SEED_MAX}", lambda v: 0 <= v <= SEED_MAX)
 
 
 MAX_THREADS = 1024  # more than the hardware threads of any machine this runs on; torch makes a thread per unit
 
 
-def thread_count(v: Any) -> str | None:
-    return None if 1 <= v <= MAX_THREADS else f"an integer in 1..{MAX_THREADS}"
+thread_count = rule(f"an integer in 1..{MAX_THREADS}", lambda v: 1 <= v <= MAX_THREADS)
 
 
 SYSTEM_ROOTS = ("/dev", "/proc", "/sys")
 
 
+@allows("a folder path without '..' outside /dev, /proc and /sys (or empty)")
 def folder_check(v: Any) -> str | None:
     """A folder a run-config names (written by whoever submits the run, not the node's operator):
     no '..' component, not a device or system area, not a file."""
@@ -102,6 +111,7 @@ def folder_check(v: Any) -> str | None:
     return None
 
 
+@allows("comma-separated numbers in (0, 1]")
 def float_list(v: Any) -> str | None:
     try:
         vals = [float(x) for x in str(v).split(",")]
@@ -110,6 +120,7 @@ def float_list(v: Any) -> str | None:
     return None if vals and all(0 < x <= 1 for x in vals) else "comma-separated numbers in (0, 1]"
 
 
+@allows("auto, none, external, jetson, rapl, nvml, or distinct back ends joined by '+' such as 'rapl+nvml'")
 def energy_meter_check(v: Any) -> str | None:
     parts = str(v).split("+")
     if v in ("auto", "none", "external") or (all(p in ("jetson", "rapl", "nvml") for p in parts) and len(set(parts)) == len(parts)):
@@ -120,6 +131,7 @@ def energy_meter_check(v: Any) -> str | None:
 DEVICE_RE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
 
+@allows("auto, cpu, cuda, cuda:N (N = 0, 1, ...) or mps")
 def device_check(v: Any) -> str | None:
     """Syntax only; fedapp.device checks that the machine has the device (where it trains)."""
     return None if DEVICE_RE.fullmatch(str(v)) else "auto, cpu, cuda, cuda:N (N = 0, 1, ...) or mps"
@@ -128,6 +140,7 @@ def device_check(v: Any) -> str | None:
 PARTITION_RE = re.compile(r"^\s*\d+(\s*,\s*\d+)*(\s*\|\s*\d+(\s*,\s*\d+)*)*\s*$")
 
 
+@allows("iid, dirichlet, pathological, shard, source, or explicit class groups per client such as '0,1|2,3'")
 def partition_check(v: Any) -> str | None:
     if v in ("iid", "dirichlet", "pathological", "shard", "source") or PARTITION_RE.match(str(v)):
         return None
@@ -138,7 +151,7 @@ def partition_check(v: Any) -> str | None:
 class RunConfig:
     """Keys every run understands (the foundation contract)."""
 
-    method: str = key("fedavg", doc="fedavg, fedprox, or a method added by a later module")
+    method: str = key("fedavg", doc="the federated method (fedapp.methods.registry); its own keys: `fedapp keys METHOD`")
     base: str = key("fedavg", one_of("fedavg", "fedprox"), "base optimizer a warmup/partial method falls back on")
     dataset: str = key(
         "digits", doc="synthetic-32k, synthetic-3.2k, digits, mnist, emnist, cifar10, cifar100, MedMNIST names, cifar-mnist, ..."
@@ -173,7 +186,7 @@ class RunConfig:
     personalized_eval_every: int = key(
         1, positive, "personalised evaluation (every client) in rounds that are multiples of this, and in the last round"
     )
-    model: str = key("mlp", one_of("mlp", "cnn", "cnn-bn", "resnet8", "resnet18", "fedspu-emnist", "fedspu-cifar10", "fedspu-speech"))
+    model: str = key("mlp", one_of(*MODELS), "network (fedapp.models.registry)")
     mlp_hidden: str = key("64,64", int_list, "hidden widths of the MLP")
     num_server_rounds: int = key(10, positive)
     local_epochs: int = key(1, non_negative)
@@ -212,10 +225,6 @@ class RunConfig:
     @property
     def uses_prox(self) -> bool:
         return self.method == "fedprox" or self.base == "fedprox"
-
-    @property
-    def run_path(self) -> Path:
-        return Path(self.run_dir)
 
 
 T = TypeVar("T")
@@ -275,7 +284,17 @@ def parse(cls: type[T], raw: Mapping[str, Any]) -> T:
 def check_known(raw: Mapping[str, Any], known: set[str]) -> None:
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise ConfigError(f"unknown run-config key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(known))}")
+        close = {k: difflib.get_close_matches(k, sorted(known), n=1) for k in unknown}
+        hints = "".join(f" (did you mean {c[0]!r} for {k!r}?)" for k, c in close.items() if c)
+        raise ConfigError(f"unknown run-config key(s) {', '.join(unknown)}{hints}; `fedapp keys` lists every key with its doc")
+
+
+def allowed_of(f: dataclasses.Field[Any]) -> str:
+    """What a key allows, in words: its check's text, else its type's."""
+    check = f.metadata.get("check")
+    if check is not None:
+        return ALLOWED.get(check, "")
+    return {bool: "true or false", int: "an integer", float: "a number"}.get(type(f.default), "text")
 
 
 def load_toml_config(path: str | Path) -> dict[str, Any]:

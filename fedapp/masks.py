@@ -40,6 +40,10 @@ class NeuronLayout:
         return self.layers[:-1]
 
     @property
+    def hidden_names(self) -> list[str]:
+        return [layer.name for layer in self.hidden]
+
+    @property
     def widths(self) -> tuple[int, ...]:
         return tuple(layer.out_width for layer in self.hidden)
 
@@ -52,6 +56,23 @@ class NeuronLayout:
         if flat.shape != (self.total,):
             raise ValueError(f"neuron vector has shape {flat.shape}, expected ({self.total},)")
         return np.split(flat, np.cumsum(self.widths)[:-1])
+
+    def pack_neurons(self, neurons: list[np.ndarray]) -> dict[str, np.ndarray]:
+        """Neuron masks on the wire: packed bits per hidden layer, by layer name (h / 8 bytes in all)."""
+        return {layer.name: np.packbits(m.astype(bool)) for layer, m in zip(self.hidden, neurons, strict=True)}
+
+    def unpack_neurons(self, record: dict[str, np.ndarray], what: str = "neuron mask") -> list[np.ndarray]:
+        """The per-layer bool masks ``pack_neurons`` packed; a record naming other layers, or with
+        the wrong number of bytes for a layer, is a ValueError naming ``what``."""
+        if set(record) != set(self.hidden_names):
+            raise ValueError(f"{what!r} names layers {sorted(record)}, model has hidden layers {self.hidden_names}")
+        out = []
+        for layer in self.hidden:
+            bits = record[layer.name]
+            if bits.dtype != np.uint8 or bits.shape != ((layer.out_width + 7) // 8,):
+                raise ValueError(f"{layer.name}: expected {(layer.out_width + 7) // 8} packed bytes, got {bits.dtype} {bits.shape}")
+            out.append(np.unpackbits(bits, count=layer.out_width).astype(bool))
+        return out
 
     def param_masks(self, neuron_masks: list[np.ndarray], extent: str = "outer") -> dict[str, np.ndarray]:
         """Expand per-layer neuron masks to boolean masks for every parameter and BN buffer.

@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedapp.methods.metric_names import CLIENT_ACTIVE_FRACTION, ES_ROUND_CODE
 from fedapp.report_plot import plot
 from fedapp.report_provenance import provenance
 from fedapp.report_sections import group_target, per_seed_table, warmup_table
-from fedapp.results import read_config, read_metrics
-
-ENERGY_KEYS = ("round_j", "external_j")  # on-device meters first, then a joined wall-plug log
+from fedapp.results import Run, read_config, read_metrics
 
 IGNORED_IN_GROUPING = {"seed", "run-dir", "resume", "overwrite", "discovery-timeout", "provenance"}  # how and where a run started
 
@@ -36,56 +34,6 @@ TABLE_NOTE = (
     "with (k/n) when only k of n do; NA (r): only one seed does, at round r; ×: no seed reaches it. "
     "MB: 10^6 bytes of arrays sent (Flower's ArrayRecord.count_bytes: values, npy headers, names)."
 )
-
-
-@dataclass
-class Run:
-    path: Path
-    config: dict[str, Any]
-    rows: list[dict[str, Any]]
-
-    @property
-    def label(self) -> str:
-        return self.path.name
-
-    def series(self, key: str) -> list[float]:
-        return [float(r[key]) for r in self.rows if r.get(key) is not None]
-
-    def running_total(self, keys: tuple[str, ...]) -> list[float]:
-        """Per round, the sum of ``keys`` over this and all earlier rounds (missing counts as 0)."""
-        total, out = 0.0, []
-        for r in self.rows:
-            total += sum(float(r.get(k) or 0.0) for k in keys)
-            out.append(total)
-        return out
-
-    def cumulative_bytes(self, direction: str = "both") -> list[float]:
-        """Running total of bytes on the wire: ``up``, ``down`` or ``both``."""
-        return self.running_total({"up": ("bytes_up",), "down": ("bytes_down",), "both": ("bytes_up", "bytes_down")}[direction])
-
-    @property
-    def energy_key(self) -> str | None:
-        return next((k for k in ENERGY_KEYS if any(r.get(k) is not None for r in self.rows)), None)
-
-    def cumulative_joules(self) -> list[float] | None:
-        k = self.energy_key
-        return None if k is None else self.running_total((k,))
-
-    def joules_to(self, target: float, key: str = "accuracy") -> float | None:
-        cum = self.cumulative_joules()
-        for r, j in zip(self.rows, cum or [], strict=False):
-            if r.get(key) is not None and float(r[key]) >= target:
-                return j
-        return None
-
-    def total(self, key: str) -> float:
-        return sum(self.series(key))
-
-    def rounds_to(self, target: float, key: str = "accuracy") -> int | None:
-        for r in self.rows:
-            if r.get(key) is not None and float(r[key]) >= target:
-                return int(r["round"])
-        return None
 
 
 def load_runs(paths: Sequence[str | Path]) -> list[Run]:
@@ -251,7 +199,7 @@ def tier_table(runs: list[Run], key: str = "personalized_accuracy", ignore: froz
     T x K, the first round with fewer than K active clients (``es_round_code``), and
     the median local train seconds of a client-round by active fraction p (round 1,
     which pays one-off warm-up, left out)."""
-    fractions = sorted({float(p) for run in runs for r in run.rows for p in (r.get("client_active_fraction") or {}).values()})
+    fractions = sorted({float(p) for run in runs for r in run.rows for p in (r.get(CLIENT_ACTIVE_FRACTION) or {}).values()})
     head = "| run | method | seeds | final " + key + " % | rounds | client-rounds | saved | code ES round (acc %) |"
     head += "".join(f" train s, p={p:g} |" for p in fractions)
     lines = [head, "|" + "---|" * (8 + len(fractions))]
@@ -260,12 +208,12 @@ def tier_table(runs: list[Run], key: str = "personalized_accuracy", ignore: froz
         client_rounds = [float(sum(int(row.get("clients", 0)) for row in r.rows)) for r in group]
         budget = [_round_budget(r.config) for r in group]
         saved = [1 - c / b for c, b in zip(client_rounds, budget, strict=True) if b]
-        code = [(int(row["round"]), float(row.get(key) or 0)) for r in group for row in r.rows if "es_round_code" in row]
+        code = [(int(row["round"]), float(row.get(key) or 0)) for r in group for row in r.rows if ES_ROUND_CODE in row]
         code_cell = f"{mean_std([float(c[0]) for c in code], digits=1)} ({mean_std([c[1] for c in code], 100)})" if code else "—"
         secs: dict[float, list[float]] = {p: [] for p in fractions}
         for run in group:
             for row in run.rows[1:]:
-                for pid, p in (row.get("client_active_fraction") or {}).items():
+                for pid, p in (row.get(CLIENT_ACTIVE_FRACTION) or {}).items():
                     if pid in (row.get("train_seconds") or {}):
                         secs[float(p)].append(float(row["train_seconds"][pid]))
         lines.append(

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fedapp.report import Run
+    from fedapp.results import Run
 
 LEGEND_CAP = 20  # groups named in the legend; more are drawn, and the legend says how many it leaves out
 LEGEND_COLUMNS = 4

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fedapp.report import Run
+    from fedapp.results import Run
 
 NOT_CONFIG = {"run-dir", "provenance"}
 

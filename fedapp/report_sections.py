@@ -11,8 +11,10 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
+from fedapp.methods.metric_names import WARMUP
+
 if TYPE_CHECKING:
-    from fedapp.report import Run
+    from fedapp.results import Run
 
 
 def per_seed_table(groups: dict[str, list[Run]], target: float | None, key: str = "accuracy") -> str:
@@ -66,9 +68,9 @@ def warmup_table(groups: dict[str, list[Run]]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for name, group in groups.items():
-        warm_by_run = [[row for row in r.rows if row.get("warmup")] for r in group]
+        warm_by_run = [[row for row in r.rows if row.get(WARMUP)] for r in group]
         warm = [row for rows in warm_by_run for row in rows]
-        full = [row for r in group for row in r.rows if not row.get("warmup")]
+        full = [row for r in group for row in r.rows if not row.get(WARMUP)]
         last = [rows[-1] for rows in warm_by_run if rows]
         lines.append(
             f"| {name} | {len(group)} | {len(warm) // len(group)} | {_mean([float(r['bytes_up']) for r in warm], ',.0f')} | "

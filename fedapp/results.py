@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fedapp.config import RunConfig, kebab
+from fedapp.rundir import CLIENT_STATE
 
 log = logging.getLogger("flwr")
 PROVENANCE = "provenance"
@@ -43,7 +44,7 @@ class RunWriter:
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         if not keep_rounds:  # a new run must not start from an earlier run's personal models
-            shutil.rmtree(self.dir / "client-state", ignore_errors=True)
+            shutil.rmtree(self.dir / CLIENT_STATE, ignore_errors=True)
         if provenance is not None:
             before = read_provenance(self.dir) if keep_rounds else {}
             earlier = [*before.pop("earlier", []), before] if before else []
@@ -116,3 +117,56 @@ def read_provenance(run_dir: str | Path) -> dict[str, Any]:
     except ValueError:
         return {}
     return dict(found) if isinstance(found, dict) else {}
+
+
+ENERGY_KEYS = ("round_j", "external_j")  # on-device meters first, then a joined wall-plug log
+
+
+@dataclasses.dataclass
+class Run:
+    path: Path
+    config: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+    @property
+    def label(self) -> str:
+        return self.path.name
+
+    def series(self, key: str) -> list[float]:
+        return [float(r[key]) for r in self.rows if r.get(key) is not None]
+
+    def running_total(self, keys: tuple[str, ...]) -> list[float]:
+        """Per round, the sum of ``keys`` over this and all earlier rounds (missing counts as 0)."""
+        total, out = 0.0, []
+        for r in self.rows:
+            total += sum(float(r.get(k) or 0.0) for k in keys)
+            out.append(total)
+        return out
+
+    def cumulative_bytes(self, direction: str = "both") -> list[float]:
+        """Running total of bytes on the wire: ``up``, ``down`` or ``both``."""
+        return self.running_total({"up": ("bytes_up",), "down": ("bytes_down",), "both": ("bytes_up", "bytes_down")}[direction])
+
+    @property
+    def energy_key(self) -> str | None:
+        return next((k for k in ENERGY_KEYS if any(r.get(k) is not None for r in self.rows)), None)
+
+    def cumulative_joules(self) -> list[float] | None:
+        k = self.energy_key
+        return None if k is None else self.running_total((k,))
+
+    def joules_to(self, target: float, key: str = "accuracy") -> float | None:
+        cum = self.cumulative_joules()
+        for r, j in zip(self.rows, cum or [], strict=False):
+            if r.get(key) is not None and float(r[key]) >= target:
+                return j
+        return None
+
+    def total(self, key: str) -> float:
+        return sum(self.series(key))
+
+    def rounds_to(self, target: float, key: str = "accuracy") -> int | None:
+        for r in self.rows:
+            if r.get(key) is not None and float(r[key]) >= target:
+                return int(r["round"])
+        return None

@@ -19,7 +19,8 @@ import torch
 from fedapp.config import ConfigError, RunConfig, coerce, defaults_of, fields_of
 from fedapp.data import Dataset
 from fedapp.data.sizes import SplitSize, split_sizes
-from fedapp.methods.registry import MODULES, Method, get_method
+from fedapp.methods.base import Method
+from fedapp.methods.registry import MODULES, get_method
 
 log = logging.getLogger("flwr")
 

@@ -36,7 +36,8 @@ FAILURE = "failure.json"
 # (a start that finished no round leaves only config.json, meters.json and no rows)
 RESULTS = ("metrics.jsonl", "checkpoint.npz", "model.npz")
 RUN_FILES = (*RESULTS, "config.json", "meters.json", "metrics-energy.jsonl", FAILURE)
-RUN_DIRS = ("client-state",)
+CLIENT_STATE = "client-state"  # the simulation's disk-stored client state: <run-dir>/client-state/<run token>
+RUN_DIRS = (CLIENT_STATE,)
 DEVICE_ROOTS = (Path("/dev"), Path("/proc"), Path("/sys"))
 
 

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +23,12 @@ from fedapp import checkpoint, rundir, wire
 from fedapp.client_config_errors import stop_on_config_errors
 from fedapp.config import ConfigError, RunConfig
 from fedapp.data import Dataset, check_partition, dataset_for
-from fedapp.device import describe, load_host_arrays, process_device
+from fedapp.device import describe, host_arrays, load_host_arrays, process_device
 from fedapp.energy.ledger import Ledger
 from fedapp.evaluate import evaluate
 from fedapp.logs import log_meters
-from fedapp.methods.registry import Method, resolve
+from fedapp.methods.base import Method
+from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 from fedapp.progress import RoundLog, RoundReporter
 from fedapp.provenance import collect
@@ -35,7 +36,8 @@ from fedapp.results import RunWriter, resolved_config
 from fedapp.roster import Roster
 from fedapp.run_checks import check_run
 from fedapp.runtime import configure_threads
-from fedapp.strategy import MaskedStrategy
+from fedapp.state import unkeyed_files
+from fedapp.strategy import EvalResult, MaskedStrategy, RoundResult
 from fedapp.tensorboard_sink import TensorBoardSink, open_sink
 
 log = logging.getLogger("flwr")
@@ -89,11 +91,17 @@ def serve(
         ds = dataset_for(cfg)
         with torch.device("cpu"):  # w0 from the CPU generator on every machine
             model = build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
-        initial = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+        initial = host_arrays(model.state_dict())
         model.to(device)
         config = resolved_config(cfg, params)
         if ckpt is not None:
             checkpoint.check_compatible(run_dir, config, ckpt)
+            old = unkeyed_files(run_dir / rundir.CLIENT_STATE / ckpt.token)
+            if old:
+                raise ConfigError(
+                    f"resume=true: client state {old[0]} was written by an older fedapp (one unkeyed dict per client), "
+                    "which this version does not read; start the run afresh (overwrite=true or a new run-dir)"
+                )
             log.info("resuming %s after round %d", run_dir, ckpt.round)
         if cfg.overwrite:
             rundir.clear(run_dir)
@@ -130,6 +138,34 @@ def one_line(err: BaseException) -> str:
     return text[0] if isinstance(err, ConfigError) and text else f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
+CORE_KEYS = frozenset({
+    "round", "accuracy", "loss", "clients", "failures", "bytes_up", "bytes_up_eval", "bytes_down", "coverage",
+    "failed_pids", "failure_reasons", "eval_failures", "personalized_accuracy", "personalized_accuracy_min",
+    "personalized_accuracy_max", "evaluated_clients", "aggregate_rejected", "train_seconds", "seconds",
+})  # fmt: skip
+"""The round loop's own metrics.jsonl keys; a method's metrics may not reuse one, nor one of the
+time and energy keys the ledger adds after them (fedapp.energy.ledger; checked in ``rounds``)."""
+
+
+def check_method_metrics(metrics: Mapping[str, Any], taken: Iterable[str]) -> None:
+    clash = sorted(set(metrics) & set(taken))
+    if clash:
+        raise ValueError(f"method metric(s) {clash} reuse core metrics.jsonl keys; rename them in the method's after_round")
+
+
+def round_row(rnd: int, acc: float, loss: float, result: RoundResult, evaluated: EvalResult) -> dict[str, Any]:
+    """One metrics.jsonl row's round part: the core keys, the evaluation's, then the method's own
+    (a method metric named like a core key is a bug in the method: ValueError, never an overwrite)."""
+    check_method_metrics(result.method_metrics, CORE_KEYS)
+    row: dict[str, Any] = {"round": rnd, "accuracy": acc, "loss": loss, **result.stats.row(evaluated.reasons)}
+    row.update(evaluated.stats)
+    if result.rejected:
+        row["aggregate_rejected"] = 1
+    row.update(result.method_metrics)
+    row["train_seconds"] = {str(p): m.get("train-seconds", 0.0) for p, m in sorted(result.stats.client_metrics.items())}
+    return row
+
+
 def rounds(
     grid: Grid, cfg: RunConfig, method: Method, params: Any, ds: Dataset, model: torch.nn.Module,
     initial: dict[str, np.ndarray], roster: Roster, writer: RunWriter, ckpt: checkpoint.Checkpoint | None,
@@ -140,7 +176,7 @@ def rounds(
     writer.write_json("meters.json", meters)
     log_meters(meters)
     ledger = Ledger()
-    policy = method.server(cfg, params, initial, roster.info)
+    policy = method.server(cfg, params, initial, roster.info, model)
     strategy = MaskedStrategy(cfg, policy, roster.nodes)
     arrays, first, token, done = initial, 1, checkpoint.new_token(cfg.run_dir), False
     if ckpt is not None:
@@ -156,25 +192,23 @@ def rounds(
             log.info("method finished after round %d", rnd - 1)
             break
         start, t_start = time.perf_counter(), time.time()
-        strategy.eval_client_metrics, strategy.eval_stats = {}, {}
         if rnd > first:
             strategy.nodes = roster.refresh(cfg.round_timeout)
         train_msgs = strategy.configure_train(rnd, record, run_config, grid)
-        replies = stop_on_config_errors(grid.send_and_receive(train_msgs, timeout=cfg.round_timeout))
-        new, _ = strategy.aggregate_train(rnd, replies)
-        if new is not None:
-            record = new
+        result = strategy.aggregate_train(rnd, stop_on_config_errors(grid.send_and_receive(train_msgs, timeout=cfg.round_timeout)))
+        if result.arrays is not None:
+            record = result.arrays
+        evaluated = EvalResult()
         eval_msgs = list(strategy.configure_evaluate(rnd, record, run_config, grid))
         if eval_msgs:
-            strategy.aggregate_evaluate(rnd, stop_on_config_errors(grid.send_and_receive(eval_msgs, timeout=cfg.round_timeout)))
+            evaluated = strategy.aggregate_evaluate(rnd, stop_on_config_errors(grid.send_and_receive(eval_msgs, timeout=cfg.round_timeout)))
         arrays = wire.from_record(record)
         acc, loss = central_eval(model, policy.eval_arrays(arrays), x_test, y_test, ds.norm.tensor if ds.norm else None)
-        row = {"round": rnd, "accuracy": acc, "loss": loss, **strategy.stats.row()}
-        row.update(strategy.eval_stats)
-        row.update(strategy.extra_metrics)
-        row["train_seconds"] = {str(p): m.get("train-seconds", 0.0) for p, m in sorted(strategy.stats.client_metrics.items())}
+        row = round_row(rnd, acc, loss, result, evaluated)
         row["seconds"] = time.perf_counter() - start
-        row.update(ledger.round_row(row["seconds"], t_start, time.time(), strategy.stats.client_metrics, strategy.eval_client_metrics))
+        times = ledger.round_row(row["seconds"], t_start, time.time(), result.stats.client_metrics, evaluated.client_metrics)
+        check_method_metrics(result.method_metrics, times)  # the ledger's time and energy keys are core keys too
+        row.update(times)
         writer.append(row)
         if sink is not None:
             sink.add(row)

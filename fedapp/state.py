@@ -1,6 +1,9 @@
 """Per-client state that outlives a round (scores, masks, personal parameters, flags).
 
-Two stores with one interface, keyed by partition id:
+A client's state is a set of named records, each a dict of arrays: ``store.load(partition,
+key)`` and ``store.save(partition, key, arrays)`` (``save_all`` for several records that must
+change together), so each method names its own records and never filters or merges another's.
+Two stores with one interface:
 
 * ``ContextStore`` keeps arrays in Flower's ``Context.state`` (per run, per node;
   shipped with every message in deployment, lost when a SuperNode restarts).
@@ -21,7 +24,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Protocol
@@ -29,6 +31,7 @@ from typing import Protocol
 import numpy as np
 from flwr.app import ArrayRecord, Context
 
+from fedapp.atomic import write_atomic
 from fedapp.wire import from_record, to_record
 
 TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")  # checkpoint.new_token's alphabet, one path component
@@ -47,55 +50,76 @@ def token_folder(root: str | Path, token: str) -> Path:
     return Path(root) / token
 
 
+KEY = re.compile(r"[a-z][a-z0-9-]{0,63}")  # a state key: what a method calls one of its records
+
+
+def check_key(key: str) -> str:
+    if not KEY.fullmatch(key):
+        raise ValueError(f"state key {key!r}: expected lower-case letters, digits and '-', starting with a letter")
+    return key
+
+
 class StateStore(Protocol):
-    def load(self, pid: int) -> dict[str, np.ndarray]: ...
+    """A client's state as named records: ``load(partition, key)`` -> that record's arrays ({} if
+    never saved); ``save`` replaces one record, ``save_all`` several at once (atomically on disk),
+    leaving every other record of the partition as it was."""
 
-    def save(self, pid: int, arrays: dict[str, np.ndarray]) -> None: ...
+    def load(self, partition: int, key: str) -> dict[str, np.ndarray]: ...
 
+    def save(self, partition: int, key: str, arrays: dict[str, np.ndarray]) -> None: ...
 
-class MemoryStore:
-    """Plain dict store (in-process engine and tests)."""
-
-    def __init__(self) -> None:
-        self._data: dict[int, dict[str, np.ndarray]] = {}
-
-    def load(self, pid: int) -> dict[str, np.ndarray]:
-        return {k: v.copy() for k, v in self._data.get(pid, {}).items()}
-
-    def save(self, pid: int, arrays: dict[str, np.ndarray]) -> None:
-        self._data[pid] = {k: np.array(v, copy=True) for k, v in arrays.items()}
+    def save_all(self, partition: int, records: dict[str, dict[str, np.ndarray]]) -> None: ...
 
 
 class ContextStore:
-    """Arrays kept in ``context.state`` under one ArrayRecord per partition."""
+    """One ArrayRecord per partition and key in ``context.state`` (``fedapp-<partition>/<key>``)."""
 
     def __init__(self, context: Context) -> None:
         self.context = context
 
-    def load(self, pid: int) -> dict[str, np.ndarray]:
-        rec = self.context.state.array_records.get(f"fedapp-{pid}")
+    def load(self, partition: int, key: str) -> dict[str, np.ndarray]:
+        rec = self.context.state.array_records.get(f"fedapp-{partition}/{check_key(key)}")
         return from_record(rec) if rec is not None else {}
 
-    def save(self, pid: int, arrays: dict[str, np.ndarray]) -> None:
-        self.context.state[f"fedapp-{pid}"] = to_record(arrays) if arrays else ArrayRecord()
+    def save(self, partition: int, key: str, arrays: dict[str, np.ndarray]) -> None:
+        self.save_all(partition, {key: arrays})
+
+    def save_all(self, partition: int, records: dict[str, dict[str, np.ndarray]]) -> None:
+        for key, arrays in records.items():
+            self.context.state[f"fedapp-{partition}/{check_key(key)}"] = to_record(arrays) if arrays else ArrayRecord()
 
 
 class DiskStore:
-    """One compressed-free ``.npz`` per client, replaced atomically on save."""
+    """One uncompressed ``.npz`` per client holding every record as ``<key>/<array name>`` entries,
+    replaced atomically on save. A file with an entry outside any record was written by an older
+    fedapp (one unkeyed dict per client): it is refused with a message, never read as empty state."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
 
-    def path(self, pid: int) -> Path:
-        return self.root / f"client-{pid}.npz"
+    def path(self, partition: int) -> Path:
+        return self.root / f"client-{partition}.npz"
 
-    def load(self, pid: int) -> dict[str, np.ndarray]:
-        p = self.path(pid)
+    def load(self, partition: int, key: str) -> dict[str, np.ndarray]:
+        prefix = check_key(key) + "/"
+        return {name[len(prefix) :]: a for name, a in self._read(partition).items() if name.startswith(prefix)}
+
+    def save(self, partition: int, key: str, arrays: dict[str, np.ndarray]) -> None:
+        self.save_all(partition, {key: arrays})
+
+    def save_all(self, partition: int, records: dict[str, dict[str, np.ndarray]]) -> None:
+        replaced = {check_key(k) + "/" for k in records}
+        kept = {n: a for n, a in self._read(partition).items() if not n.startswith(tuple(replaced))}
+        fresh = {f"{key}/{name}": a for key, arrays in records.items() for name, a in arrays.items()}
+        save_npz_atomic(self.path(partition), {**kept, **fresh})
+
+    def _read(self, partition: int) -> dict[str, np.ndarray]:
+        p = self.path(partition)
         if not p.exists():
             return {}
         try:
             with np.load(p, allow_pickle=False) as data:
-                return {k: data[k] for k in data.files}
+                arrays = {k: data[k] for k in data.files}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
             aside = p.with_name(p.name + ".corrupt")
             os.replace(p, aside)
@@ -103,21 +127,29 @@ class DiskStore:
                 f"client state file {p} is unreadable ({type(err).__name__}: {err}); moved to {aside.name}, "
                 "the client starts afresh next round"
             ) from None
+        unkeyed = sorted(n for n in arrays if "/" not in n)
+        if unkeyed:
+            raise StateError(
+                f"client state file {p} was written by an older fedapp (entry {unkeyed[0]!r} belongs to no state key): "
+                "this run cannot be resumed with this version; start it afresh (overwrite=true or a new run-dir)"
+            )
+        return arrays
 
-    def save(self, pid: int, arrays: dict[str, np.ndarray]) -> None:
-        save_npz_atomic(self.path(pid), arrays)
+
+def unkeyed_files(folder: Path) -> list[Path]:
+    """The client state files in ``folder`` written by an older fedapp (an entry outside any
+    record); only each archive's list of names is read."""
+    old = []
+    for p in sorted(folder.glob("client-*.npz")):
+        try:
+            with zipfile.ZipFile(p) as z:
+                if any("/" not in n.removesuffix(".npy") for n in z.namelist()):
+                    old.append(p)
+        except (OSError, zipfile.BadZipFile):
+            continue  # unreadable: the client moves it aside itself (DiskStore)
+    return old
 
 
 def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """Write ``path`` so that a crash leaves either the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)  # type: ignore[arg-type]
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, lambda fh: np.savez(fh, **arrays))  # type: ignore[arg-type]

@@ -9,13 +9,17 @@ in ``failures`` and never aggregated. Replies are checked, not trusted
 exception, is that node's failure with its reason in ``failure_reasons``, and the run
 goes on. An aggregate that is not finite is not installed: the round keeps the previous
 model and its row says ``aggregate_rejected``.
+
+``aggregate_train`` and ``aggregate_evaluate`` return everything they aggregated (a
+``RoundResult``, an ``EvalResult``; each unpacks like Flower's own return pair), so the round
+loop (server.py) reads results, never the strategy's attributes.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,8 +37,6 @@ from fedapp.methods.base import Reply, ServerPolicy
 
 log = logging.getLogger("flwr")
 
-RESERVED = {"arrays", "arrays-mask", "config", "values", "mask", "metrics"}
-
 
 @dataclass
 class RoundStats:
@@ -51,12 +53,42 @@ class RoundStats:
     failed_pids: list[int] = field(default_factory=list)
     client_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
 
-    def row(self) -> dict[str, Any]:
+    def row(self, more_reasons: Iterable[str] = ()) -> dict[str, Any]:
+        """The row's core round keys; ``more_reasons`` (the evaluation's) follow this round's own."""
+        reasons = [*self.reasons, *more_reasons]
         return {
             "clients": self.clients, "failures": self.failures, "bytes_up": self.bytes_up,
             "bytes_up_eval": self.bytes_up_eval, "bytes_down": self.bytes_down, "coverage": self.coverage,
-            "failed_pids": self.failed_pids, "failure_reasons": [r[:300] for r in self.reasons],
+            "failed_pids": self.failed_pids, "failure_reasons": [r[:300] for r in reasons],
         }  # fmt: skip
+
+
+@dataclass
+class RoundResult:
+    """What ``aggregate_train`` aggregated: the new global arrays (None: the model stays), Flower's
+    train MetricRecord, the round's stats (failures, coverage, bytes, per-client reply metrics),
+    whether a non-finite aggregate was rejected, and the method's own metrics (its namespace)."""
+
+    arrays: ArrayRecord | None
+    metrics: MetricRecord
+    stats: RoundStats
+    rejected: bool = False
+    method_metrics: dict[str, Any] = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[Any]:
+        """Unpacks as Flower's ``(arrays, metrics)`` pair (Strategy.start reads it that way)."""
+        return iter((self.arrays, self.metrics))
+
+
+@dataclass
+class EvalResult:
+    """What ``aggregate_evaluate`` aggregated: Flower's evaluate MetricRecord (None: no accuracy),
+    the row's evaluation keys, each partition's reply metrics, and why replies were dropped."""
+
+    metrics: MetricRecord | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+    client_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
 
 
 def record_bytes(content: RecordDict, only: Iterable[str] | None = None, skip: Iterable[str] = ()) -> int:
@@ -72,10 +104,7 @@ class MaskedStrategy(Strategy):
         self.rng = random.Random(cfg.seed)
         self.sent_pids: list[int] = []
         self.global_np: dict[str, np.ndarray] = {}
-        self.stats = RoundStats()
-        self.eval_stats: dict[str, Any] = {}
-        self.eval_client_metrics: dict[int, dict[str, float]] = {}  # partition id -> its evaluate reply metrics
-        self.extra_metrics: dict[str, Any] = {}
+        self.stats = RoundStats()  # this round's, filled from configure_train to aggregate_train
         self.sent_nodes: dict[int, int] = {}  # partition id -> node its train task went to this round
         self.eval_nodes: dict[int, int] = {}  # partition id -> node its evaluate task went to this round
         self.scale: dict[str, float] = {}  # per float tensor: the unit of the step bound (reply_checks.scales)
@@ -89,7 +118,6 @@ class MaskedStrategy(Strategy):
         self.limits = wire.byte_limits(self.global_np)
         chosen = self.policy.select(server_round, sorted(self.nodes), self.rng)
         self.stats = RoundStats()
-        self.extra_metrics = {}
         self.sent_pids = list(chosen)
         self.sent_nodes = {pid: self.nodes[pid] for pid in chosen}
         messages = []
@@ -101,7 +129,7 @@ class MaskedStrategy(Strategy):
             else:
                 content["arrays"], content["arrays-mask"] = wire.encode(self.global_np, task.download_masks)
             for name, record in task.records.items():
-                if name in RESERVED:
+                if name in wire.RESERVED:
                     raise ValueError(f"method record name {name!r} clashes with a reserved record")
                 content[name] = wire.to_record(record)
             content["config"] = ConfigRecord({**dict(config), **task.config, "server-round": server_round, "partition-id": pid})
@@ -136,9 +164,11 @@ class MaskedStrategy(Strategy):
         records = {n: checks.decode_record(content.array_records[n], spec, n) for n, spec in specs.items() if n in content}
         return Reply(pid, contribution, metrics, records)
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> RoundResult:  # type: ignore[override]
+        """Decode, check and average the replies; a RoundResult unpacks as Flower's (arrays, metrics)."""
         ok: list[Reply] = []
         received = 0
+        stats = self.stats
         for msg in replies:
             received += 1
             if msg.has_error():
@@ -149,32 +179,33 @@ class MaskedStrategy(Strategy):
             except Exception as err:  # anything wrong with one node's reply is that node's failure
                 self._fail(f"node {msg.metadata.src_node_id}: bad reply dropped ({describe(err)})")
                 continue
-            self.stats.bytes_up += record_bytes(msg.content, skip=self.policy.eval_records)
-            self.stats.bytes_up_eval += record_bytes(msg.content, only=self.policy.eval_records)
-            self.stats.client_metrics[reply.pid] = reply.metrics
+            stats.bytes_up += record_bytes(msg.content, skip=self.policy.eval_records)
+            stats.bytes_up_eval += record_bytes(msg.content, only=self.policy.eval_records)
+            stats.client_metrics[reply.pid] = reply.metrics
             ok.append(reply)
-        for _ in range(self.stats.sent - received):
+        for _ in range(stats.sent - received):
             self._fail("no reply before round-timeout")
-        self.stats.failed_pids = sorted(set(self.sent_pids) - {r.pid for r in ok})
-        self.stats.clients = len(ok)
+        stats.failed_pids = sorted(set(self.sent_pids) - {r.pid for r in ok})
+        stats.clients = len(ok)
+        counted = MetricRecord({"clients": len(ok)})
         if len(ok) < self.cfg.min_replies:
             log.warning("round %d: %d replies < min-replies %d; global model unchanged", server_round, len(ok), self.cfg.min_replies)
-            return None, MetricRecord({"clients": len(ok)})
+            return RoundResult(None, counted, stats)
         lr = self.policy.server_lr(server_round)
         agg = masked_mean(self.global_np, [r.contribution for r in ok], lr)
         fault = checks.aggregate_fault(agg.arrays)
         if fault is not None:
-            self.stats.reasons.append(f"round {server_round}: aggregate rejected, global model unchanged ({fault})")
-            log.warning("%s", self.stats.reasons[-1])
-            self.extra_metrics = {"aggregate_rejected": 1}
-            return None, MetricRecord({"clients": len(ok)})
-        self.stats.coverage = agg.coverage
+            stats.reasons.append(f"round {server_round}: aggregate rejected, global model unchanged ({fault})")
+            log.warning("%s", stats.reasons[-1])
+            return RoundResult(None, counted, stats, rejected=True)
+        stats.coverage = agg.coverage
+        method_metrics: dict[str, Any] = {}
         try:
-            self.extra_metrics = self.policy.after_round(server_round, ok)
+            method_metrics = self.policy.after_round(server_round, ok)
         except Exception as err:  # the replies passed every check: keep the round, say what the method could not use
-            self.stats.reasons.append(f"round {server_round}: method bookkeeping failed ({describe(err)})")
-            log.warning("%s", self.stats.reasons[-1])
-        return wire.to_record(agg.arrays), MetricRecord({"clients": len(ok)})
+            stats.reasons.append(f"round {server_round}: method bookkeeping failed ({describe(err)})")
+            log.warning("%s", stats.reasons[-1])
+        return RoundResult(wire.to_record(agg.arrays), counted, stats, method_metrics=method_metrics)
 
     def _fail(self, reason: str) -> None:
         self.stats.failures += 1
@@ -214,31 +245,33 @@ class MaskedStrategy(Strategy):
         every, last = self.cfg.personalized_eval_every, self.cfg.num_server_rounds
         return server_round % every == 0 or server_round == last or self.policy.finished(server_round)
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        self.eval_client_metrics = {}
-        failed: list[str] = []
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> EvalResult:  # type: ignore[override]
+        """Check the evaluate replies and summarise their accuracies (``result.metrics`` is
+        Flower's MetricRecord, None when no client reported one)."""
+        result = EvalResult()
         for msg in replies:
             if msg.has_error():
-                failed.append(f"node {msg.metadata.src_node_id}: evaluation failed ({msg.error.reason})")
+                result.reasons.append(f"node {msg.metadata.src_node_id}: evaluation failed ({msg.error.reason})")
                 continue
             try:
                 pid, metrics = self.check_eval(msg)
             except Exception as err:  # one node's bad evaluation is that node's failure
-                failed.append(f"node {msg.metadata.src_node_id}: evaluation dropped ({describe(err)})")
+                result.reasons.append(f"node {msg.metadata.src_node_id}: evaluation dropped ({describe(err)})")
                 continue
-            self.eval_client_metrics[pid] = metrics
-        for reason in failed:
+            result.client_metrics[pid] = metrics
+        for reason in result.reasons:
             log.warning("%s", reason)
-        self.stats.reasons += failed
-        accs = [m["accuracy"] for m in self.eval_client_metrics.values() if "accuracy" in m]  # none from an empty local test split
-        self.eval_stats = {"eval_failures": len(failed)} if failed else {}
+        accs = [m["accuracy"] for m in result.client_metrics.values() if "accuracy" in m]  # none from an empty local test split
+        if result.reasons:
+            result.stats["eval_failures"] = len(result.reasons)
         if not accs:
-            return None
-        self.eval_stats.update({
+            return result
+        result.stats.update({
             "personalized_accuracy": float(np.mean(accs)), "personalized_accuracy_min": min(accs),
             "personalized_accuracy_max": max(accs), "evaluated_clients": len(accs),
         })  # fmt: skip
-        return MetricRecord(dict(self.eval_stats))
+        result.metrics = MetricRecord(dict(result.stats))
+        return result
 
     def summary(self) -> None:
         log.info("MaskedStrategy: method=%s clients=%d server-lr=%s", self.cfg.method, len(self.nodes), self.cfg.server_lr)

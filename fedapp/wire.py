@@ -26,6 +26,9 @@ from flwr.common.constant import SType
 from fedapp.aggregate import Contribution
 
 ROWS, COLS = "#rows", "#cols"
+RESERVED = frozenset(
+    {"arrays", "arrays-mask", "config", "values", "mask", "metrics"}
+)  # record names of the core messages: a method's extra records use others
 
 
 class WireError(ValueError):

@@ -21,13 +21,13 @@ def test_auto_uses_the_nodes_state_dir_per_run_token_and_survives_a_restart(tmp_
     cfg = RunConfig(state_store="auto")
     nc = {"partition-id": 2, "state-dir": str(tmp_path / "node")}
     before = state_store(cfg, context(11, nc), "run-a")
-    before.save(2, {"mask": np.array([True, False, True]), "stopped": np.array(1)})
+    before.save(2, "flags", {"mask": np.array([True, False, True]), "stopped": np.array(1)})
     after = state_store(cfg, context(99, nc), "run-a")  # restarted: new node id, empty Context.state
     assert isinstance(after, DiskStore) and after.root == tmp_path / "node" / "run-a"
-    loaded = after.load(2)
+    loaded = after.load(2, "flags")
     np.testing.assert_array_equal(loaded["mask"], [True, False, True])
     assert int(loaded["stopped"]) == 1
-    assert state_store(cfg, context(99, nc), "run-b").load(2) == {}  # another run starts clean
+    assert state_store(cfg, context(99, nc), "run-b").load(2, "flags") == {}  # another run starts clean
 
 
 def test_auto_without_a_state_dir_keeps_state_in_the_context(tmp_path: Path) -> None:

@@ -86,7 +86,7 @@ def test_too_few_replies_leave_the_model_unchanged(tmp_path: Path) -> None:
 
 
 def test_missing_nodes_fail_discovery_with_a_clear_error(tmp_path: Path) -> None:
-    from client_app import app
+    from fedapp.client_app import app
 
     raw = full_config({**BASE, "run-dir": str(tmp_path / "r")})
     with pytest.raises(ValueError, match=r"'num-clients' = 3.*num-supernodes=3"):

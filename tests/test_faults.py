@@ -350,7 +350,7 @@ def test_a_partition_whose_node_is_online_cannot_be_claimed(tmp_path: Path, mid_
 
 
 def test_an_offline_nodes_partition_goes_to_the_node_that_claims_it_next(tmp_path: Path) -> None:
-    from client_app import app
+    from fedapp.client_app import app
 
     raw = full_config({**BASE, "run-dir": str(tmp_path)})
     grid = LocalGrid(app, raw, 4, [{"num-partitions": 3}] * 3 + [{"partition-id": 0, "num-partitions": 3}])
@@ -407,7 +407,7 @@ def test_a_run_token_from_the_server_is_one_plain_path_component(tmp_path: Path,
 
 
 def test_a_run_token_escape_sent_in_a_real_message_fails_that_client_before_any_path_is_used(tmp_path: Path) -> None:
-    from client_app import app
+    from fedapp.client_app import app
 
     raw = full_config({**BASE, "method": "fedselect", "local-test-fraction": 0.3, "run-dir": str(tmp_path / "run")})
     grid = LocalGrid(app, raw, 3, [{"state-dir": str(tmp_path / f"node-{p}" / "state")} for p in range(3)])
@@ -480,7 +480,7 @@ class NoNodes(LocalGrid):
     ],
 )
 def test_contradictions_and_sizes_fail_at_server_start_before_discovery(tmp_path: Path, override: dict[str, Any], needle: str) -> None:
-    from client_app import app
+    from fedapp.client_app import app
 
     raw = full_config({**BASE, "run-dir": str(tmp_path / "run"), "local-test-fraction": 0.0, **override})
     with pytest.raises(ConfigError) as err:

@@ -8,14 +8,14 @@ import torch
 
 from fedapp.data import client_data, dataset_for
 from fedapp.engine.run_local import full_config
-from fedapp.layer_schedule import FULL
 from fedapp.masks import layer_groups
 from fedapp.methods.base import ClientJob
-from fedapp.methods.fedpart import FedPartClient
+from fedapp.methods.fedpart import BN_STATE, FedPartClient
+from fedapp.methods.layer_schedule import FULL
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 from fedapp.runtime import configure_threads
-from fedapp.state import MemoryStore
+from tests.memory_store import MemoryStore
 
 configure_threads(1)  # as every entry point does; 2 threads on a loaded 2-core box are ~20x slower
 
@@ -79,7 +79,7 @@ def test_batchnorm_statistics_stay_local_across_rounds() -> None:
     store = MemoryStore()
     job1 = make_job(1, store)
     FedPartClient(job1.cfg, job1.params).train(job1)
-    saved = store.load(0)
+    saved = store.load(0, BN_STATE)
     assert set(saved) == {n for n, _ in job1.model.named_buffers()}
     assert int(saved["1.num_batches_tracked"]) == 3  # all BN layers, frozen ones included, update their statistics
     # next round the client starts from the server's copies (the fresh model) but must use its own
@@ -88,7 +88,7 @@ def test_batchnorm_statistics_stay_local_across_rounds() -> None:
     assert not torch.equal(torch.from_numpy(saved["1.running_mean"]), fresh_mean)
     job2.config["send-bn-stats"] = True
     result = FedPartClient(job2.cfg, job2.params).train(job2)
-    assert int(store.load(0)["1.num_batches_tracked"]) == 6
+    assert int(store.load(0, BN_STATE)["1.num_batches_tracked"]) == 6
     assert set(result.records["bn-stats"]) == set(saved)
     assert not (result.upload or set()) & set(saved)
 

@@ -20,9 +20,11 @@ from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
 from fedapp.evaluate import evaluate
 from fedapp.masks import layer_groups
+from fedapp.methods.fedpart import BN_STATE
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 from fedapp.server import serve
+from fedapp.state import ContextStore
 
 NPY_HEADER = 128  # numpy .npy v1 header of these small float32 tensors (Flower serialises Arrays as .npy)
 
@@ -49,7 +51,7 @@ class RecordingGrid(LocalGrid):
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RecordingGrid, dict[str, Any]]:
-    from client_app import app as client_app
+    from fedapp.client_app import app as client_app
 
     raw = full_config({**TINY, "run-dir": str(tmp_path_factory.mktemp("fedpart") / "run")})
     grid = RecordingGrid(client_app, raw, 3)
@@ -104,7 +106,7 @@ def test_server_evaluates_with_partition_0_statistics(tiny_run: tuple[Path, Reco
     states = {}
     for c in grid.contexts.values():
         pid = int(c.node_config["partition-id"])  # type: ignore[arg-type]
-        states[pid] = wire.from_record(c.state[f"fedapp-{pid}"])  # type: ignore[arg-type]
+        states[pid] = ContextStore(c).load(pid, BN_STATE)
     assert not np.array_equal(states[0]["1.running_mean"], states[1]["1.running_mean"])  # statistics are per client
     with np.load(run / "model.npz") as saved:
         final = {k: saved[k] for k in saved.files}

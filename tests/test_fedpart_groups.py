@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedapp.accounting import group_macs, group_sizes
 from fedapp.masks import layer_groups
+from fedapp.methods.accounting import group_macs, group_sizes
 from fedapp.models.cnn_bn import cnn_bn
 from fedapp.models.resnet import resnet8, resnet18
 from fedapp.runtime import configure_threads

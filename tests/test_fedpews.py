@@ -15,10 +15,11 @@ from fedapp.methods.base import ClientJob
 from fedapp.methods.fedpews import PeWSClient, PeWSParams, PeWSServer, mask_stats, warmup_rounds
 from fedapp.methods.fedpews_fixed import FixedClient, fixed_blocks
 from fedapp.methods.pews_train import WarmupLoop, diversity_term, input_masks, masks_to_records, records_to_masks, split
+from fedapp.models import initial_model
 from fedapp.models.cnn import cnn
 from fedapp.models.mlp import mlp
-from fedapp.state import MemoryStore
 from fedapp.train import TrainSettings
+from tests.memory_store import MemoryStore
 
 SGD = TrainSettings(epochs=1, steps=0, batch_size=4, lr=0.1)
 MOMENTUM = TrainSettings(epochs=1, steps=0, batch_size=4, lr=0.1, momentum=0.9)
@@ -219,7 +220,7 @@ SYN = {
 
 def test_server_reference_is_the_mean_of_the_other_clients_last_masks() -> None:
     cfg = parse(RunConfig, {**SYN, "method": "fedpews"})
-    server = PeWSServer(cfg, PeWSParams(mask_init=1.0), {}, {})
+    server = PeWSServer(cfg, PeWSParams(mask_init=1.0), {}, {}, initial_model(cfg))
     assert np.allclose(server.reference(0), 1 / (1 + np.exp(-1.0)))  # nobody known yet: sigmoid(s0)
     server.last = {0: np.array([1, 0, 1, 0, 1, 1, 0], np.float32), 1: np.array([1, 1, 0, 0, 0, 1, 1], np.float32)}
     assert np.array_equal(server.reference(0), server.last[1])
@@ -245,9 +246,9 @@ def test_scores_persist_in_the_state_store_and_are_not_uploaded() -> None:
     store = MemoryStore()
     ref = {"pews-ref": {"1": np.full(4, 0.5, np.float32), "3": np.full(3, 0.5, np.float32)}}
     first = PeWSClient(parse(RunConfig, SYN), PeWSParams()).train(job_for({}, store, 1, {"phase": "warmup"}, ref))
-    saved = store.load(0)
-    assert set(saved) == {"pews-scores/1", "pews-scores/3"}
-    s1 = np.concatenate([saved["pews-scores/1"], saved["pews-scores/3"]])
+    saved = store.load(0, "pews-scores")
+    assert set(saved) == {"1", "3"}
+    s1 = np.concatenate([saved["1"], saved["3"]])
     assert not np.allclose(s1, 0.0)  # 4 score steps moved them away from s0 = 0
     job2 = job_for({}, store, 2, {"phase": "warmup", "pews-seen": 1}, ref)
     assert np.array_equal(PeWSClient(job2.cfg, PeWSParams()).load_scores(job2, neuron_layout(job2.model)).numpy(), s1)
@@ -285,11 +286,11 @@ def test_server_remembers_masks_or_probabilities_and_reports_mask_metrics() -> N
         Reply(0, Contribution(1.0, {}), {}, {"pews-mask": masks_to_records(a, layout), "pews-probs": probs}),
         Reply(1, Contribution(1.0, {}), {}, {"pews-mask": masks_to_records(b, layout)}),
     ]
-    by_mask = PeWSServer(cfg, PeWSParams(), {}, {})
+    by_mask = PeWSServer(cfg, PeWSParams(), {}, {}, initial_model(cfg))
     row = by_mask.after_round(1, replies)
     assert row == {"warmup": True, "mask_density": (4 / 7 + 4 / 7) / 2, "mask_overlap": 2 / 6}
     assert np.array_equal(by_mask.reference(1), a.astype(np.float32))
-    by_probs = PeWSServer(cfg, PeWSParams(diversity_ref="probs"), {}, {})
+    by_probs = PeWSServer(cfg, PeWSParams(diversity_ref="probs"), {}, {}, initial_model(cfg))
     by_probs.after_round(1, replies)
     assert np.allclose(by_probs.reference(1), [0.9, 0.8, 0.1, 0.2, 0.7, 0.3, 0.6])
     assert by_probs.after_round(26, replies) == {"warmup": False}

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from flwr.app import Message
 
-from client_app import app as client_app
+from fedapp.client_app import app as client_app
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config, run_local
 from fedapp.masks import neuron_layout

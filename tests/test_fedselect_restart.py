@@ -15,17 +15,23 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Context, RecordDict
 
-from client_app import app as client_app
 from fedapp import wire
+from fedapp.client_app import app as client_app
 from fedapp.data import dataset_for
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
+from fedapp.methods.personal import MASK_CURRENT, MASK_NEXT, SAVED_ROUND, THETA
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 from fedapp.state import DiskStore
 from fedapp.strategy import MaskedStrategy
 
 N, ROUNDS, RESTART_AFTER = 3, 3, 2
+
+
+def whole(store: DiskStore, pid: int) -> dict[str, np.ndarray]:
+    """Every record FedSelect keeps for ``pid``, as one dict."""
+    return {f"{key}/{n}": a for key in (THETA, MASK_CURRENT, MASK_NEXT, SAVED_ROUND) for n, a in store.load(pid, key).items()}
 
 
 def federation(tmp: Path, name: str, store: str, restart: bool) -> dict[str, object]:
@@ -38,9 +44,10 @@ def federation(tmp: Path, name: str, store: str, restart: bool) -> dict[str, obj
     )  # fmt: skip
     cfg, method, params = resolve(raw)
     ds = dataset_for(cfg)
-    arrays = {k: v.numpy().copy() for k, v in build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed).state_dict().items()}
+    model = build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
+    arrays = {k: v.numpy().copy() for k, v in model.state_dict().items()}
     grid = LocalGrid(client_app, raw, N, [{"state-dir": str(state_dir)} for _ in range(N)])
-    strategy = MaskedStrategy(cfg, method.server(cfg, params, arrays, {}), {p: 1000 + p for p in range(N)})
+    strategy = MaskedStrategy(cfg, method.server(cfg, params, arrays, {}, model), {p: 1000 + p for p in range(N)})
     record = wire.to_record(arrays)
     out: dict[str, object] = {"masks": []}
     for rnd in range(1, ROUNDS + 1):
@@ -52,21 +59,20 @@ def federation(tmp: Path, name: str, store: str, restart: bool) -> dict[str, obj
         assert new is not None
         record = new
         if rnd == RESTART_AFTER:
-            before = [DiskStore(state_dir).load(p) for p in range(N)] if store == "disk" else None
+            before = [whole(DiskStore(state_dir), p) for p in range(N)] if store == "disk" else None
             if restart:  # stop every client: fresh Context, empty state, same node config
                 grid.contexts = {
                     nid: Context(1, nid, dict(c.node_config), RecordDict(), dict(c.run_config)) for nid, c in grid.contexts.items()
                 }
             eval_msgs = list(strategy.configure_evaluate(rnd, record, ConfigRecord(), grid))
-            strategy.aggregate_evaluate(rnd, grid.send_and_receive(eval_msgs))
-            out["eval"] = dict(strategy.eval_stats)
+            out["eval"] = dict(strategy.aggregate_evaluate(rnd, grid.send_and_receive(eval_msgs)).stats)
             if before is not None:
                 out["survived"] = all(
-                    set(b) == set(a := DiskStore(state_dir).load(p)) and all(np.array_equal(b[k], a[k]) for k in b)
+                    set(b) == set(a := whole(DiskStore(state_dir), p)) and all(np.array_equal(b[k], a[k]) for k in b)
                     for p, b in enumerate(before)
                 )
     out["global"] = wire.from_record(record)
-    out["state"] = [DiskStore(state_dir).load(p) for p in range(N)] if store == "disk" else None
+    out["state"] = [whole(DiskStore(state_dir), p) for p in range(N)] if store == "disk" else None
     return out
 
 
@@ -76,7 +82,7 @@ def test_disk_state_survives_a_restart_between_rounds(tmp_path: Path) -> None:
     assert restarted["survived"] is True
     assert restarted["eval"] == steady["eval"] and steady["eval"]["evaluated_clients"] == N  # type: ignore[index]
     for a, b in zip(steady["state"], restarted["state"], strict=True):  # type: ignore[call-overload]
-        assert set(a) == set(b) and any(k.startswith("mcur:") for k in a)
+        assert set(a) == set(b) and any(k.startswith(MASK_CURRENT + "/") for k in a)
         for k in a:
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)  # masks (packed bits), θ_k, BN buffers, round
     for k, v in steady["global"].items():  # type: ignore[attr-defined]

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 from flwr.app import Array, ConfigRecord
 
-from client_app import app as client_app
 from fedapp import wire
+from fedapp.client_app import app as client_app
 from fedapp.data import dataset_for
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
-from fedapp.methods.personal import eligible, unpack
+from fedapp.methods.personal import MASK_CURRENT, THETA, eligible, unpack
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 from fedapp.state import DiskStore
@@ -44,7 +44,7 @@ def test_uploads_carry_global_coordinates_only_and_server_averages_per_coordinat
     shapes = eligible(model)
     arrays = {k: v.numpy().copy() for k, v in model.state_dict().items()}
     grid = LocalGrid(client_app, raw, N)
-    strategy = MaskedStrategy(cfg, method.server(cfg, params, arrays, {}), {p: 1000 + p for p in range(N)})
+    strategy = MaskedStrategy(cfg, method.server(cfg, params, arrays, {}, model), {p: 1000 + p for p in range(N)})
     store = DiskStore(tmp_path / "run" / "client-state")
     record, ups, downs, all_personal_seen = wire.to_record(arrays), [], [], 0
     for rnd in range(1, 5):
@@ -54,9 +54,8 @@ def test_uploads_carry_global_coordinates_only_and_server_averages_per_coordinat
         for reply in replies:
             assert not reply.has_error(), reply.error.reason if reply.has_error() else ""
             pid = int(reply.content["metrics"]["partition-id"])  # type: ignore[arg-type]
-            raw_state = store.load(pid)
-            m_cur = unpack("mcur", raw_state, shapes)
-            theta = {k.split(":", 1)[1]: v for k, v in raw_state.items() if k.startswith("theta:")}
+            m_cur = unpack(store.load(pid, MASK_CURRENT), shapes)
+            theta = store.load(pid, THETA)
             got = wire.decode(reply.content["values"], reply.content["mask"], old, 1.0)  # type: ignore[arg-type]
             assert set(got.values) == {n for n, m in m_cur.items() if (~m).any()}  # parameters only, never a personal-only tensor
             for n, m in m_cur.items():
@@ -70,11 +69,12 @@ def test_uploads_carry_global_coordinates_only_and_server_averages_per_coordinat
                     expected_bytes += array_bytes(np.packbits(~m.reshape(-1))) + len(n)
             global_masks.append({n: ~m for n, m in m_cur.items()})
             thetas.append(theta)
-        new, _ = strategy.aggregate_train(rnd, replies)
-        assert new is not None and strategy.stats.failures == 0
-        assert strategy.stats.bytes_up == expected_bytes
-        ups.append(strategy.stats.bytes_up)
-        downs.append(strategy.stats.bytes_down)
+        result = strategy.aggregate_train(rnd, replies)
+        new = result.arrays
+        assert new is not None and result.stats.failures == 0
+        assert result.stats.bytes_up == expected_bytes
+        ups.append(result.stats.bytes_up)
+        downs.append(result.stats.bytes_down)
         new_np = wire.from_record(new)
         for n in shapes:
             count = np.sum([g[n] for g in global_masks], axis=0)

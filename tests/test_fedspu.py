@@ -16,23 +16,24 @@ from fedapp import wire
 from fedapp.aggregate import Contribution
 from fedapp.config import ConfigError
 from fedapp.data import client_data
+from fedapp.device import load_host_arrays
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
 from fedapp.evaluate import evaluate
 from fedapp.masks import model_param_masks
 from fedapp.methods.base import Reply
 from fedapp.methods.early_stop import EarlyStopping
+from fedapp.methods.fedspu import PERSONAL_MODEL
 from fedapp.methods.registry import resolve
 from fedapp.methods.tiers import (
     RECORD,
     TierParams,
     active_fraction,
-    initial_model,
     kept_count,
     leftmost_neurons,
-    load_state,
     random_neurons,
 )
+from fedapp.models import initial_model
 from fedapp.roster import Roster
 from fedapp.state import DiskStore
 from fedapp.strategy import MaskedStrategy
@@ -47,7 +48,7 @@ class Federation:
     """Server policy + MaskedStrategy + ClientApp on an in-process grid, driven round by round."""
 
     def __init__(self, tmp: Path, overrides: dict[str, Any], node_configs: list[dict[str, Any]] | None = None):
-        from client_app import app
+        from fedapp.client_app import app
 
         self.raw = full_config({**BASE, "run-dir": str(tmp), **overrides})
         self.cfg, method, self.params = resolve(self.raw)
@@ -55,8 +56,9 @@ class Federation:
         roster = Roster(self.grid, self.cfg.num_clients)
         roster.discover(5.0)
         nodes, info = roster.nodes, roster.info
-        self.w0 = {k: v.detach().numpy().copy() for k, v in initial_model(self.cfg).state_dict().items()}
-        self.policy: Any = method.server(self.cfg, self.params, self.w0, info)
+        model = initial_model(self.cfg)
+        self.w0 = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+        self.policy: Any = method.server(self.cfg, self.params, self.w0, info, model)
         self.strategy = MaskedStrategy(self.cfg, self.policy, nodes)
         self.record = wire.to_record(self.w0)
         self.store = DiskStore(tmp / "client-state")
@@ -64,9 +66,9 @@ class Federation:
     def train_round(self, rnd: int) -> tuple[list[Any], list[Any]]:
         sent = list(self.strategy.configure_train(rnd, self.record, ConfigRecord(), self.grid))
         replies = list(self.grid.send_and_receive(sent))
-        new, _ = self.strategy.aggregate_train(rnd, replies)
-        assert new is not None and self.strategy.stats.failures == 0, self.strategy.stats.reasons
-        self.record = new
+        result = self.strategy.aggregate_train(rnd, replies)
+        assert result.arrays is not None and result.stats.failures == 0, result.stats.reasons
+        self.record = result.arrays
         return sent, replies
 
     @property
@@ -88,14 +90,14 @@ def test_frozen_entries_are_bit_identical_and_active_ones_start_from_global(tmp_
     rng = np.random.default_rng(7)
     personal = {pid: {k: rng.normal(size=v.shape).astype(v.dtype) for k, v in fed.w0.items()} for pid in (0, 1)}
     for pid, arrays in personal.items():
-        fed.store.save(pid, arrays)
+        fed.store.save(pid, PERSONAL_MODEL, arrays)
     sent, _ = fed.train_round(1)
     for msg in sent:
         pid = pid_of(msg)
         neurons = [np.unpackbits(msg.content[RECORD][n].numpy(), count=w).astype(bool) for n, w in (("1", 16), ("3", 8))]
         assert [int(m.sum()) for m in neurons] == [8, 4]  # floor(0.5 * width)
         active = model_param_masks(initial_model(fed.cfg), neurons)
-        after = fed.store.load(pid)
+        after = fed.store.load(pid, PERSONAL_MODEL)
         for k, m in active.items():
             assert np.array_equal(bits(after[k][~m]), bits(personal[pid][k][~m])), k  # frozen: personal, untouched
             assert not np.allclose(after[k][m], personal[pid][k][m])  # active: global values, then trained
@@ -121,7 +123,7 @@ def test_upload_carries_exactly_the_active_parameters(tmp_path: Path, transport:
         # p = 0.5, packed bits: 1.weight rows 16 + cols 64 -> 2 + 8; 1.bias 16 -> 2; 3.weight 8 + 16 -> 1 + 2;
         # 3.bias 8 -> 1; 5.weight 10 + 8 -> 2 + 1; 5.bias all active -> dense, no mask. p = 1: no masks at all
         assert mask_bytes == (19 if pid == 0 else 0)
-        trained = fed.store.load(pid)
+        trained = fed.store.load(pid, PERSONAL_MODEL)
         got = wire.decode(reply.content["values"], reply.content["mask"], fed.w0, 1.0)
         dense = wire.dense_masks(got, fed.w0)
         for k, v in values.items():
@@ -164,12 +166,12 @@ def test_personal_evaluation_uses_the_stored_model_or_w0(tmp_path: Path) -> None
     trained, untouched = pid_of(sent[0]), 1 - pid_of(sent[0])
     msgs = list(fed.strategy.configure_evaluate(1, fed.record, ConfigRecord(), fed.grid))
     accs = {int(m["partition-id"]): float(m["accuracy"]) for m in (r.content["metrics"] for r in fed.grid.send_and_receive(msgs))}  # type: ignore[arg-type]
-    for pid, arrays in ((trained, fed.store.load(trained)), (untouched, fed.w0)):
+    for pid, arrays in ((trained, fed.store.load(trained, PERSONAL_MODEL)), (untouched, fed.w0)):
         model = initial_model(fed.cfg)
-        load_state(model, arrays)
+        load_host_arrays(model, arrays)
         data = client_data(fed.cfg, pid)
         assert accs[pid] == evaluate(model, torch.from_numpy(data.x_test), torch.from_numpy(data.y_test))[0]
-    assert not fed.store.load(untouched)
+    assert not fed.store.load(untouched, PERSONAL_MODEL)
 
 
 @pytest.mark.parametrize("method", ["fjord", "feddrop"])
@@ -183,7 +185,7 @@ def test_dropout_baselines_upload_their_sub_model_and_leave_the_rest_global(tmp_
         got = wire.decode(reply.content["values"], reply.content["mask"], fed.w0, 1.0)
         expect = model_param_masks(initial_model(fed.cfg), neurons)
         assert all(np.array_equal(wire.dense_masks(got, fed.w0)[k], m) for k, m in expect.items())
-    assert not (method == "fjord" and any(fed.store.load(p) for p in (0, 1)))  # FjORD keeps nothing
+    assert not (method == "fjord" and any(fed.store.path(p).exists() for p in (0, 1)))  # FjORD keeps nothing
 
 
 # -- early stopping -------------------------------------------------------------------

@@ -35,7 +35,7 @@ def test_the_query_handler_loads_no_heavy_package() -> None:
     """On a node set to train on the CPU; ``auto`` (the default) imports torch to look for a GPU."""
     code = """
 from flwr.app import ConfigRecord, MessageType, RecordDict
-from client_app import app
+from fedapp.client_app import app
 from fedapp.engine.local_grid import LocalGrid
 grid = LocalGrid(app, {"num-clients": 2, "energy-meter": "none", "device": "cpu"}, 2)
 msg = grid.create_message(RecordDict({"config": ConfigRecord({})}), MessageType.QUERY, 1001, "0")

@@ -13,13 +13,14 @@ import torchvision
 from torch import nn
 
 from fedapp.data import ClientData
+from fedapp.device import host_arrays, load_host_arrays
 from fedapp.engine.run_local import full_config
 from fedapp.evaluate import evaluate
 from fedapp.methods.base import ClientJob
 from fedapp.methods.fedselect import FedSelectClient
-from fedapp.methods.personal import PersonalState, load_arrays, model_arrays
+from fedapp.methods.personal import PersonalState
 from fedapp.methods.registry import resolve
-from fedapp.state import MemoryStore
+from tests.memory_store import MemoryStore
 
 BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 
@@ -40,7 +41,7 @@ def job_for(
     model: nn.Module, global_arrays: dict[str, np.ndarray], rnd: int, store: MemoryStore, d: ClientData, **overrides: object
 ) -> ClientJob:
     cfg, _, params = resolve(full_config({"method": "fedselect", "batch-size": 5, "personal-limit": 0.5, **overrides}))
-    load_arrays(model, global_arrays)
+    load_host_arrays(model, global_arrays)
     received = {k: np.ones(v.shape, bool) for k, v in global_arrays.items()}
     return ClientJob(cfg, params, 0, rnd, {}, {}, model, received, d, store, torch.Generator().manual_seed(rnd))  # type: ignore[arg-type]
 
@@ -56,7 +57,7 @@ def test_bn_buffers_stay_local_and_only_global_coordinates_are_merged_and_upload
     store, d = MemoryStore(), data(20, (1, 8, 8), 3, 0)
     model = conv_bn()
     params = {n for n, _ in model.named_parameters()}
-    g0 = model_arrays(model)
+    g0 = host_arrays(model.state_dict())
     cfg, _, fs_params = resolve(full_config({"method": "fedselect", "personal-limit": 0.5}))
     policy = FedSelectClient(cfg, fs_params)
 
@@ -74,7 +75,7 @@ def test_bn_buffers_stay_local_and_only_global_coordinates_are_merged_and_upload
     g1 = perturbed(g0, 1)
     job2 = job_for(conv_bn(), g1, 2, store, d)
     m_cur = policy.restore(job2)
-    merged = model_arrays(job2.model)
+    merged = host_arrays(job2.model.state_dict())
     for n in params:
         assert np.array_equal(merged[n], g1[n])
     for b in BUFFERS:
@@ -92,7 +93,7 @@ def test_bn_buffers_stay_local_and_only_global_coordinates_are_merged_and_upload
     g2 = perturbed(g1, 2)
     job3 = job_for(conv_bn(), g2, 3, store, d)
     policy.restore(job3)
-    merged = model_arrays(job3.model)
+    merged = host_arrays(job3.model.state_dict())
     for n in params:
         m = s2.m_cur[n]
         assert m.any() and (~m).any()
@@ -103,7 +104,7 @@ def test_bn_buffers_stay_local_and_only_global_coordinates_are_merged_and_upload
     job_eval = job_for(conv_bn(), g2, 2, store, d)
     got = policy.evaluate(job_eval)
     own = conv_bn()
-    load_arrays(own, s2.theta)
+    load_host_arrays(own, s2.theta)
     acc, loss = evaluate(own, torch.from_numpy(d.x_test), torch.from_numpy(d.y_test))
     assert (got["accuracy"], got["loss"]) == (acc, loss)
 
@@ -111,7 +112,7 @@ def test_bn_buffers_stay_local_and_only_global_coordinates_are_merged_and_upload
 def test_resnet18_masks_respect_the_limit_per_tensor_and_skip_bn_buffers() -> None:
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=10)
-    g0 = model_arrays(model)
+    g0 = host_arrays(model.state_dict())
     store, d = MemoryStore(), data(4, (3, 32, 32), 10, 1)
     overrides = {"batch-size": 4, "local-alt-epochs": 1, "personal-limit": 0.3}
     job = job_for(model, g0, 1, store, d, **overrides)

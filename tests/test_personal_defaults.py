@@ -19,8 +19,8 @@ from fedapp.engine.run_local import full_config, run_local
 from fedapp.methods.base import ClientJob, ClientPolicy, ServerPolicy, local_test_scores
 from fedapp.methods.personal import PersonalClient
 from fedapp.methods.registry import resolve
-from fedapp.state import MemoryStore
 from fedapp.strategy import MaskedStrategy
+from tests.memory_store import MemoryStore
 from tests.run_rows import outcome_rows as rows
 
 DIRICHLET = {"dataset": "digits", "partition": "dirichlet", "dirichlet-alpha": 0.3, "num-clients": 10, "num-server-rounds": 3}
@@ -80,7 +80,7 @@ def test_the_personalised_mean_is_over_clients_that_have_test_samples() -> None:
 
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1  # type: ignore[misc]
     cfg = resolve(full_config({"personalized-eval": True}))[0]
-    strategy = MaskedStrategy(cfg, ServerPolicy(cfg, None, {}, {}), {0: 10, 1: 11})
+    strategy = MaskedStrategy(cfg, ServerPolicy(cfg, None, {}, {}, torch.nn.Linear(1, 1)), {0: 10, 1: 11})
     strategy.eval_nodes = {0: 10, 1: 11}  # the evaluate tasks went there
     strategy.sizes = (SplitSize(train=6, test=4), SplitSize(train=6, test=0))  # partition 1: no local test samples
     ask = [Message(RecordDict(), dst_node_id=node, message_type="evaluate") for node in (10, 11)]
@@ -90,7 +90,6 @@ def test_the_personalised_mean_is_over_clients_that_have_test_samples() -> None:
         ),
         Message(RecordDict({"metrics": MetricRecord({"num-examples": 0, "partition-id": 1})}), reply_to=ask[1]),
     ]
-    strategy.aggregate_evaluate(1, replies)
-    assert strategy.eval_stats == {
+    assert strategy.aggregate_evaluate(1, replies).stats == {
         "personalized_accuracy": 0.5, "personalized_accuracy_min": 0.5, "personalized_accuracy_max": 0.5, "evaluated_clients": 1,
     }  # fmt: skip

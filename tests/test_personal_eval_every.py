@@ -9,7 +9,7 @@ from typing import Any
 
 from flwr.app import Message, MessageType
 
-from client_app import app as client_app
+from fedapp.client_app import app as client_app
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
 from fedapp.server import serve

@@ -11,6 +11,7 @@ from flwr.app import Array
 
 from fedapp.checkpoint import client_state_dir
 from fedapp.engine.run_local import full_config, run_local
+from fedapp.methods.personal import THETA
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 from fedapp.state import DiskStore
@@ -59,7 +60,7 @@ def test_fedper_uploads_the_body_and_keeps_the_head(tmp_path: Path) -> None:
     rows, model = run(tmp_path, "per", method="fedper", **{"state-store": "disk"})
     # MLP 64-64-64-10: the head (5.weight, 5.bias) is 650 of 2 x 4,160 + 650 = 8,970 parameters
     assert all(abs(r["personal_fraction"] - 650 / 8970) < 1e-12 for r in rows)
-    heads = [DiskStore(client_state_dir(tmp_path / "per")).load(p)["theta:5.weight"] for p in range(5)]
+    heads = [DiskStore(client_state_dir(tmp_path / "per")).load(p, THETA)["5.weight"] for p in range(5)]
     assert not np.array_equal(heads[0], heads[1])
     init = build_model(resolve(full_config(BASE))[0], (1, 8, 8), 10, seed=0).state_dict()
     np.testing.assert_array_equal(model["5.weight"], init["5.weight"].numpy())  # never uploaded, never averaged

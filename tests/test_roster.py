@@ -31,7 +31,7 @@ class CountingGrid(LocalGrid):
 
 def grid(tmp_path: Path, n: int, num_clients: int = 3, partitions: int | None = None) -> CountingGrid:
     """``n`` boards; each says it is one of ``partitions`` (default: ``n``) in its node-config."""
-    from client_app import app
+    from fedapp.client_app import app
 
     raw = full_config({"num-clients": num_clients, "run-dir": str(tmp_path)})
     extra = {} if partitions is None else {"num-partitions": partitions}

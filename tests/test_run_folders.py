@@ -122,7 +122,7 @@ def test_resume_refuses_another_config_by_the_hash_in_the_checkpoint(finished: P
 
 @pytest.mark.parametrize("flag", ["overwrite", "resume"])
 def test_a_failed_discovery_touches_nothing(finished: Path, flag: str) -> None:
-    from client_app import app
+    from fedapp.client_app import app
 
     before = snapshot(finished)
     raw = full_config({**BASE, "num-server-rounds": 3, "run-dir": str(finished), flag: True})
@@ -134,7 +134,7 @@ def test_a_failed_discovery_touches_nothing(finished: Path, flag: str) -> None:
 
 
 def test_a_failed_start_in_a_new_folder_leaves_only_its_reason(tmp_path: Path) -> None:
-    from client_app import app
+    from fedapp.client_app import app
 
     raw = full_config({**BASE, "run-dir": str(tmp_path / "new")})
     with pytest.raises(ConfigError):
@@ -220,7 +220,7 @@ def test_a_damaged_checkpoint_is_one_line_naming_the_file(finished: Path, damage
 def test_relative_run_dirs_land_in_the_superlinks_checkout_or_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under `flwr run` the base is the checkout whose flwr-env.sh started the SuperLink, never
     the SuperLink's working directory; without one a relative (or default) run-dir is refused."""
-    from client_app import app
+    from fedapp.client_app import app
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(rundir.CHECKOUT_ENV, raising=False)

@@ -10,10 +10,12 @@ import torch
 from torch import nn
 
 from fedapp.masks import model_param_masks, neuron_layout
-from fedapp.methods.tiers import RECORD, initial_model, random_neurons
+from fedapp.methods.fedspu import PERSONAL_MODEL
+from fedapp.methods.submodel import extract_submodel, write_back
+from fedapp.methods.tiers import RECORD, random_neurons
+from fedapp.models import initial_model
 from fedapp.models.fedspu_cnn import cifar_cnn, emnist_cnn, speech_cnn
 from fedapp.models.mlp import mlp
-from fedapp.submodel import extract_submodel, write_back
 from tests.test_fedspu import Federation, bits
 
 
@@ -86,12 +88,12 @@ def test_fedspu_on_a_conv_bn_net_freezes_channels_and_uploads_bn_under_the_mask(
         if "running_var" in k:
             personal[k] = np.abs(personal[k]) + 0.5
     for pid in (0, 1):
-        fed.store.save(pid, personal)
+        fed.store.save(pid, PERSONAL_MODEL, personal)
     sent, replies = fed.train_round(1)
     pid = int(sent[0].content["config"]["partition-id"])
     neurons = [np.unpackbits(sent[0].content[RECORD][n].numpy(), count=20).astype(bool) for n in ("0", "4")]
     active = model_param_masks(initial_model(fed.cfg), neurons)
-    after = fed.store.load(pid)
+    after = fed.store.load(pid, PERSONAL_MODEL)
     params = {n for n, _ in initial_model(fed.cfg).named_parameters()}
     for k, m in active.items():
         if k in params:

@@ -9,11 +9,10 @@ any group or other permission bit is refused instead of used.
 
 from __future__ import annotations
 
-import os
 import stat
-import tempfile
 from pathlib import Path
 
+from fedapp.atomic import write_atomic
 from fedapp.deploy import DeployError
 
 PRIVATE = 0o600
@@ -22,19 +21,7 @@ PUBLIC = 0o644
 
 def write_file(path: Path, data: bytes, mode: int) -> None:
     """Atomically write ``data`` to ``path``; the file never has a mode looser than ``mode``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # created 0600
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            if mode != PRIVATE:
-                os.fchmod(fh.fileno(), mode)
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, lambda fh: fh.write(data), None if mode == PRIVATE else mode)
 
 
 def check_private(path: str | Path, what: str) -> str:

@@ -48,7 +48,7 @@ def node_count(cfg: RunConfig) -> int:
 
 def run_local(overrides: Mapping[str, Any], node_configs: list[dict[str, Any]] | None = None, progress: bool = False) -> Path:
     """``progress``: a progress bar over the rounds (a terminal) instead of one log line per round."""
-    from client_app import app as client_app
+    from fedapp.client_app import app as client_app
 
     raw = full_config(overrides)
     cfg: RunConfig = resolve(raw)[0]

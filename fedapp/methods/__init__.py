@@ -1,5 +1,5 @@
 """Federated methods: each a server policy + client policy on the masked core."""
 
-from fedapp.methods.registry import Method, get_method, known_keys, resolve
+from fedapp.methods.registry import get_method, known_keys, resolve
 
-__all__ = ["Method", "get_method", "known_keys", "resolve"]
+__all__ = ["get_method", "known_keys", "resolve"]

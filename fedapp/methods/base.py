@@ -2,8 +2,10 @@
 
 A method is a server policy (which clients train, what each one is sent, how
 replies are weighted, what is remembered between rounds) and a client policy (what
-trains, what is uploaded, what extra loss, what state persists). Neither touches
-wire encoding, Flower plumbing, data loading or metrics: strategy.py and client.py do.
+trains, what is uploaded, what extra loss, what state persists), registered as a
+``Method`` (fedapp.methods.registry). Neither touches wire encoding, Flower plumbing or data
+loading (strategy.py and client.py do); the metrics a server policy returns from
+``after_round`` are its own namespace in metrics.jsonl and may not reuse a core key.
 """
 
 from __future__ import annotations
@@ -87,6 +89,17 @@ class ClientResult:
     records: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # extra ArrayRecords
 
 
+@dataclass(frozen=True)
+class Method:
+    """What a method module exports as ``METHOD`` (and the registry names): its two halves and
+    the frozen dataclass of its own run-config keys (None: it has none)."""
+
+    name: str
+    server: type[ServerPolicy]
+    client: type[ClientPolicy]
+    params: type | None = None
+
+
 def settings_of(cfg: RunConfig) -> TrainSettings:
     return TrainSettings(
         epochs=cfg.local_epochs, steps=cfg.local_steps, batch_size=cfg.batch_size, lr=cfg.lr,
@@ -101,8 +114,13 @@ class ServerPolicy:
     personalized_eval = False
     eval_records: frozenset[str] = frozenset()  # reply records that serve evaluation only: counted in bytes_up_eval, not bytes_up
 
-    def __init__(self, cfg: RunConfig, params: Any, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Scalar]]):
-        self.cfg, self.params, self.initial, self.node_info = cfg, params, initial, node_info
+    def __init__(
+        self, cfg: RunConfig, params: Any, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Scalar]], model: nn.Module
+    ):
+        """``initial``: w0 as host arrays; ``node_info``: each partition's discovery facts; ``model``:
+        the server's built model (its structure: neuron layout, layer groups, buffers), never rebuilt
+        here. A policy reads it and never trains it (the server evaluates with it)."""
+        self.cfg, self.params, self.initial, self.node_info, self.model = cfg, params, initial, node_info, model
 
     @classmethod
     def check_config(cls, cfg: RunConfig, params: Any) -> None:

@@ -1,6 +1,5 @@
 """FedAvg: the all-ones-mask case of the masked core (base.py holds its halves)."""
 
-from fedapp.methods.base import ClientPolicy, ServerPolicy
-from fedapp.methods.registry import Method
+from fedapp.methods.base import ClientPolicy, Method, ServerPolicy
 
 METHOD = Method("fedavg", ServerPolicy, ClientPolicy)

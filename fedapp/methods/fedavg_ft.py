@@ -4,8 +4,7 @@ its local test split (spec fedselect §6 baselines)."""
 
 from __future__ import annotations
 
-from fedapp.methods.base import ClientJob, ClientPolicy, ServerPolicy
-from fedapp.methods.registry import Method
+from fedapp.methods.base import ClientJob, ClientPolicy, Method, ServerPolicy
 
 
 class FineTuneClient(ClientPolicy):

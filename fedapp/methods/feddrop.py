@@ -7,29 +7,31 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedapp.device import host_arrays, load_host_arrays
 from fedapp.masks import neuron_layout
-from fedapp.methods.base import ClientJob
+from fedapp.methods.base import ClientJob, Method, local_test_scores
 from fedapp.methods.dropout import SubModelClient
-from fedapp.methods.registry import Method
-from fedapp.methods.tiers import TieredServer, TierParams, initial_model, load_state, local_scores, state_of
-from fedapp.submodel import extract_submodel
+from fedapp.methods.submodel import extract_submodel
+from fedapp.methods.tiers import TieredServer, TierParams
+from fedapp.models import initial_model
 
-NEURONS = "neurons:"
+MODEL, NEURONS = "model", "neurons"  # state keys: the model after training, the neurons it kept
 
 
 class FedDropClient(SubModelClient):
     def after_train(self, job: ClientJob, neurons: list[np.ndarray]) -> None:
-        names = [layer.name for layer in neuron_layout(job.model).hidden]
-        job.store.save(job.pid, {**state_of(job.model), **{NEURONS + n: m for n, m in zip(names, neurons, strict=True)}})
+        names = neuron_layout(job.model).hidden_names
+        job.store.save_all(job.pid, {MODEL: host_arrays(job.model.state_dict()), NEURONS: dict(zip(names, neurons, strict=True))})
 
     def evaluate(self, job: ClientJob) -> dict[str, float]:
-        saved = job.store.load(job.pid)
+        saved = job.store.load(job.pid, MODEL)
         if not saved:
-            load_state(job.model, state_of(initial_model(self.cfg)))
-            return local_scores(job.model, job)
-        load_state(job.model, {k: v for k, v in saved.items() if not k.startswith(NEURONS)})
-        names = [layer.name for layer in neuron_layout(job.model).hidden]
-        return local_scores(extract_submodel(job.model, [saved[NEURONS + n] for n in names])[0], job)
+            load_host_arrays(job.model, host_arrays(initial_model(self.cfg).state_dict()))
+            return local_test_scores(job.model, job)
+        load_host_arrays(job.model, saved)
+        kept = job.store.load(job.pid, NEURONS)
+        names = neuron_layout(job.model).hidden_names
+        return local_test_scores(extract_submodel(job.model, [kept[n] for n in names])[0], job)
 
 
 METHOD = Method("feddrop", TieredServer, FedDropClient, TierParams)

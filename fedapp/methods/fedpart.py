@@ -21,19 +21,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedapp.accounting import group_macs, group_sizes, round_macs, round_params
 from fedapp.config import ConfigError, RunConfig, key, non_negative, one_of, positive
 from fedapp.data import dataset_for
 from fedapp.device import host_arrays, load_host_arrays
-from fedapp.layer_schedule import FULL, ORDERS, schedule, schedule_length
 from fedapp.masks import LayerGroup, layer_groups
-from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, RecordSpec, Reply, ServerPolicy, train_metrics
-from fedapp.methods.registry import Method
+from fedapp.methods.accounting import group_macs, group_sizes, round_macs, round_params
+from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, NodeTask, RecordSpec, Reply, ServerPolicy, train_metrics
+from fedapp.methods.layer_schedule import FULL, ORDERS, schedule, schedule_length
 from fedapp.models import build_model
 
 log = logging.getLogger("flwr")
 
-BN_RECORD = "bn-stats"
+BN_RECORD = "bn-stats"  # reply record: BatchNorm statistics for the server's evaluation
+BN_STATE = "bn-stats"  # state key: this client's own BatchNorm statistics
 REFERENCE = 0  # partition whose BatchNorm statistics the server evaluates with
 
 
@@ -83,11 +83,11 @@ def train_only(model: nn.Module, group_index: int) -> set[str]:
 class FedPartServer(ServerPolicy):
     eval_records = frozenset({BN_RECORD})
 
-    def __init__(self, cfg: RunConfig, params: FedPartParams, initial: dict[str, np.ndarray], node_info: dict[int, Any]):
-        super().__init__(cfg, params, initial, node_info)
-        model, in_shape, self.groups = model_structure(cfg)
+    def __init__(self, cfg: RunConfig, params: FedPartParams, initial: dict[str, np.ndarray], node_info: dict[int, Any], model: nn.Module):
+        super().__init__(cfg, params, initial, node_info, model)
+        self.groups = layer_groups(model)
         self.sizes = group_sizes(model, self.groups)
-        self.macs = group_macs(model, in_shape, self.groups)
+        self.macs = group_macs(model, dataset_for(cfg).in_shape, self.groups)
         self.plan = plan_of(cfg, params, len(self.groups))
         self.buffers = {n: initial[n] for n, _ in model.named_buffers()}
         self.eval_buffers: dict[str, np.ndarray] = {}
@@ -148,13 +148,13 @@ class FedPartServer(ServerPolicy):
 class FedPartClient(ClientPolicy):
     def train(self, job: ClientJob) -> ClientResult:
         g = int(job.config.get("group-index", FULL))
-        own = job.store.load(job.pid)  # this client's BatchNorm statistics; the global copies are the server's
+        own = job.store.load(job.pid, BN_STATE)  # this client's BatchNorm statistics; the global copies are the server's
         if own:
             load_host_arrays(job.model, own, strict=False)
         trainable = train_only(job.model, g)
         stats = self.fit(job)
         buffers = host_arrays(dict(job.model.named_buffers()))
-        job.store.save(job.pid, buffers)
+        job.store.save(job.pid, BN_STATE, buffers)
         records = {BN_RECORD: buffers} if job.config.get("send-bn-stats") else {}
         metrics = {**train_metrics(stats), "group-index": g}
         return ClientResult(metrics=metrics, upload=trainable, records=records)

@@ -11,8 +11,8 @@ import numpy as np
 from torch import nn
 
 from fedapp.masks import layer_groups
+from fedapp.methods.base import Method
 from fedapp.methods.personal import Masks, PersonalClient, PersonalServer, eligible
-from fedapp.methods.registry import Method
 
 
 class FedPerClient(PersonalClient):

@@ -28,11 +28,22 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedapp.config import RunConfig, key, non_negative, one_of, positive, unit_interval
+from fedapp.config import RunConfig, finite, key, non_negative, one_of, positive, unit_interval
 from fedapp.masks import NeuronLayout, model_param_masks, neuron_layout
-from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, RecordSpec, Reply, ServerPolicy, settings_of, train_metrics
+from fedapp.methods.base import (
+    ClientJob,
+    ClientPolicy,
+    ClientResult,
+    Method,
+    NodeTask,
+    RecordSpec,
+    Reply,
+    ServerPolicy,
+    settings_of,
+    train_metrics,
+)
+from fedapp.methods.metric_names import WARMUP
 from fedapp.methods.pews_train import WarmupLoop, masks_to_records, records_to_masks
-from fedapp.methods.registry import Method
 from fedapp.train import bernoulli
 
 log = logging.getLogger("flwr")
@@ -40,15 +51,17 @@ log = logging.getLogger("flwr")
 REF, MASK, PROBS, SCORES = "pews-ref", "pews-mask", "pews-probs", "pews-scores"
 
 
-def finite(v: Any) -> str | None:
-    return None if math.isfinite(v) else "a finite number"
+@dataclass(frozen=True)
+class WarmupParams:
+    """The warmup's length: FedPeWS-Fixed's only key (its masks are the server's blocks)."""
+
+    warmup_fraction: float = key(0.125, unit_interval, "tau: warmup rounds W = round(tau * num-server-rounds)")
 
 
 @dataclass(frozen=True)
-class PeWSParams:
-    """FedPeWS hyperparameters (spec §3 and the D-decisions of §6)."""
+class PeWSParams(WarmupParams):
+    """FedPeWS hyperparameters (spec §3 and the D-decisions of §6): the warmup's length, then the learned masks'."""
 
-    warmup_fraction: float = key(0.125, unit_interval, "tau: warmup rounds W = round(tau * num-server-rounds)")
     diversity_weight: float = key(5.0, non_negative, "lambda: weight of the mask-diversity term (0 disables it)")
     mask_lr: float = key(0.1, positive, "eta_s: learning rate of the mask-score step")
     mask_init: float = key(0.0, finite, "s0: initial mask score of every hidden neuron (keep probability sigmoid(s0))")
@@ -66,18 +79,9 @@ class PeWSParams:
     ste: str = key("sigmoid", one_of("sigmoid", "identity"), "straight-through scope (D5): keep sigmoid'(s), or pass dL/dm to s")
 
 
-def warmup_rounds(params: PeWSParams, cfg: RunConfig) -> int:
+def warmup_rounds(params: WarmupParams, cfg: RunConfig) -> int:
     """W = round(tau * T), rounding halves up (Python's round() would round 2.5 to 2)."""
     return math.floor(params.warmup_fraction * cfg.num_server_rounds + 0.5)
-
-
-def model_layout(cfg: RunConfig) -> tuple[nn.Module, NeuronLayout]:
-    from fedapp.data import dataset_for
-    from fedapp.models import build_model
-
-    ds = dataset_for(cfg)
-    model = build_model(cfg, ds.in_shape, ds.num_classes)
-    return model, neuron_layout(model)
 
 
 def mask_stats(masks: list[np.ndarray]) -> dict[str, float]:
@@ -95,9 +99,11 @@ def mask_stats(masks: list[np.ndarray]) -> dict[str, float]:
 class PeWSServer(ServerPolicy):
     """Warmup bookkeeping: phase per round, ref_i per client, last masks, mask metrics."""
 
-    def __init__(self, cfg: RunConfig, params: PeWSParams, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Any]]):
-        super().__init__(cfg, params, initial, node_info)
-        self.layout = model_layout(cfg)[1]
+    def __init__(
+        self, cfg: RunConfig, params: WarmupParams, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Any]], model: nn.Module
+    ):
+        super().__init__(cfg, params, initial, node_info, model)
+        self.layout = neuron_layout(model)
         self.warmup = warmup_rounds(params, cfg)
         self.last: dict[int, np.ndarray] = {}  # pid -> last uploaded neuron mask (or probabilities), flat over h
 
@@ -109,7 +115,7 @@ class PeWSServer(ServerPolicy):
             return NodeTask(config={"phase": "full"})
         task = NodeTask(config={"phase": "warmup", "pews-seen": int(pid in self.last)})
         if self.params.diversity_weight > 0:
-            task.records[REF] = dict(zip(self.layer_names, self.layout.split(self.reference(pid)), strict=True))
+            task.records[REF] = dict(zip(self.layout.hidden_names, self.layout.split(self.reference(pid)), strict=True))
         return task
 
     def reply_records(self, server_round: int, pid: int) -> dict[str, RecordSpec]:
@@ -121,10 +127,6 @@ class PeWSServer(ServerPolicy):
         if self.params.diversity_ref == "probs":
             out[PROBS] = {layer.name: ((layer.out_width,), "float32") for layer in self.layout.hidden}
         return out
-
-    @property
-    def layer_names(self) -> list[str]:
-        return [layer.name for layer in self.layout.hidden]
 
     def reference(self, pid: int) -> np.ndarray:
         """ref_i: mean of the other clients' last masks; sigmoid(s0) before any is known (D2)."""
@@ -150,7 +152,7 @@ class PeWSServer(ServerPolicy):
 
     def after_round(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         if not self.is_warm(server_round):
-            return {"warmup": False}
+            return {WARMUP: False}
         masks: list[np.ndarray] = []
         for reply in replies:
             mask = self.reply_mask(reply)
@@ -160,8 +162,8 @@ class PeWSServer(ServerPolicy):
             if self.params.diversity_ref == "masks":
                 self.last[reply.pid] = mask.astype(np.float32)
             elif PROBS in reply.records:
-                self.last[reply.pid] = np.concatenate([reply.records[PROBS][n].astype(np.float32) for n in self.layer_names])
-        return {"warmup": True, **mask_stats(masks)}
+                self.last[reply.pid] = np.concatenate([reply.records[PROBS][n].astype(np.float32) for n in self.layout.hidden_names])
+        return {WARMUP: True, **mask_stats(masks)}
 
 
 class PeWSClient(ClientPolicy):
@@ -186,18 +188,14 @@ class PeWSClient(ClientPolicy):
         self.save_scores(job, layout, scores.cpu().numpy())
         records = {MASK: masks_to_records(upload, layout)}
         if p.diversity_ref == "probs":
-            records[PROBS] = dict(zip(self.names(layout), layout.split(probs.astype(np.float32)), strict=True))
+            records[PROBS] = dict(zip(layout.hidden_names, layout.split(probs.astype(np.float32)), strict=True))
         metrics = {**train_metrics(stats), "mask-density": float(upload.mean())}
         return ClientResult(metrics, masks=model_param_masks(job.model, layout.split(upload), p.mask_extent), records=records)
 
-    @staticmethod
-    def names(layout: NeuronLayout) -> list[str]:
-        return [layer.name for layer in layout.hidden]
-
     def load_scores(self, job: ClientJob, layout: NeuronLayout) -> torch.Tensor:
         """s_i from the state store; s0 on the first warmup participation (or if it was lost)."""
-        state = job.store.load(job.pid)
-        pieces = [state.get(f"{SCORES}/{n}") for n in self.names(layout)]
+        state = job.store.load(job.pid, SCORES)
+        pieces = [state.get(n) for n in layout.hidden_names]
         if all(piece is not None and piece.shape == (layer.out_width,) for piece, layer in zip(pieces, layout.hidden, strict=True)):
             return torch.from_numpy(np.concatenate(pieces).astype(np.float32)).to(job.device)  # type: ignore[arg-type]
         if job.config.get("pews-seen"):
@@ -205,8 +203,7 @@ class PeWSClient(ClientPolicy):
         return torch.full((layout.total,), float(job.params.mask_init), device=job.device)
 
     def save_scores(self, job: ClientJob, layout: NeuronLayout, scores: np.ndarray) -> None:
-        pieces = {f"{SCORES}/{n}": s for n, s in zip(self.names(layout), layout.split(scores), strict=True)}
-        job.store.save(job.pid, {**job.store.load(job.pid), **pieces})
+        job.store.save(job.pid, SCORES, dict(zip(layout.hidden_names, layout.split(scores), strict=True)))
 
     def reference(self, job: ClientJob, layout: NeuronLayout) -> torch.Tensor | None:
         if job.params.diversity_weight <= 0:
@@ -214,7 +211,7 @@ class PeWSClient(ClientPolicy):
         rec = job.records.get(REF)
         if rec is None:
             raise ValueError(f"warmup round with diversity-weight > 0 but no {REF!r} record in the message")
-        pieces = [np.asarray(rec[n], np.float32) for n in self.names(layout)]
+        pieces = [np.asarray(rec[n], np.float32) for n in layout.hidden_names]
         return torch.from_numpy(np.concatenate(pieces)).to(job.device)
 
 

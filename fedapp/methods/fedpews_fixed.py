@@ -3,7 +3,8 @@
 Every hidden layer is cut into ``num-clients`` contiguous blocks with numpy.array_split
 (sizes differ by at most one, larger blocks first); client i trains block i of every
 layer for W rounds. No scores, no diversity term; masked training, masked averaging and
-the switch to the base method after W rounds are FedPeWS's. With one mask for the whole
+the switch to the base method after W rounds are FedPeWS's; its only key is
+``warmup-fraction`` (WarmupParams), so FedPeWS's mask keys are reported as unused, not ignored. With one mask for the whole
 round, the shared training loop (train.local_train) does the masked training: forward
 masking by activation hooks and the parameter masks as gradient masks.
 """
@@ -14,13 +15,14 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from fedapp.config import RunConfig
 from fedapp.masks import NeuronLayout, model_param_masks, neuron_layout
-from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, RecordSpec, Reply, train_metrics
-from fedapp.methods.fedpews import PeWSParams, PeWSServer, mask_stats
+from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, NodeTask, RecordSpec, Reply, train_metrics
+from fedapp.methods.fedpews import PeWSServer, WarmupParams, mask_stats
+from fedapp.methods.metric_names import WARMUP
 from fedapp.methods.pews_train import input_masks, masks_to_records, records_to_masks
-from fedapp.methods.registry import Method
 
 BLOCK = "pews-neuron-mask"
 
@@ -37,8 +39,10 @@ def fixed_blocks(widths: tuple[int, ...], num_clients: int) -> list[np.ndarray]:
 
 
 class FixedServer(PeWSServer):
-    def __init__(self, cfg: RunConfig, params: PeWSParams, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Any]]):
-        super().__init__(cfg, params, initial, node_info)
+    def __init__(
+        self, cfg: RunConfig, params: WarmupParams, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Any]], model: nn.Module
+    ):
+        super().__init__(cfg, params, initial, node_info, model)
         self.blocks = fixed_blocks(self.layout.widths, cfg.num_clients)
 
     def node_task(self, server_round: int, pid: int) -> NodeTask:
@@ -51,8 +55,8 @@ class FixedServer(PeWSServer):
 
     def after_round(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         if not self.is_warm(server_round):
-            return {"warmup": False}
-        return {"warmup": True, **mask_stats([self.blocks[r.pid] for r in replies])}
+            return {WARMUP: False}
+        return {WARMUP: True, **mask_stats([self.blocks[r.pid] for r in replies])}
 
 
 class FixedClient(ClientPolicy):
@@ -70,4 +74,4 @@ class FixedClient(ClientPolicy):
         return ClientResult({**train_metrics(stats), "mask-density": float(mask.mean())}, masks=masks)
 
 
-METHOD = Method("fedpews-fixed", FixedServer, FixedClient, PeWSParams)
+METHOD = Method("fedpews-fixed", FixedServer, FixedClient, WarmupParams)  # no mask keys: mask-impl & co. do not apply

@@ -4,7 +4,6 @@ The client half reads ``cfg.uses_prox`` (true for method=fedprox) and adds the t
 through the training loop's extra-loss hook; the server half is FedAvg's.
 """
 
-from fedapp.methods.base import ClientPolicy, ServerPolicy
-from fedapp.methods.registry import Method
+from fedapp.methods.base import ClientPolicy, Method, ServerPolicy
 
 METHOD = Method("fedprox", ServerPolicy, ClientPolicy)

@@ -27,9 +27,8 @@ import numpy as np
 import torch
 
 from fedapp.config import fraction, key, one_of, positive, unit_interval
-from fedapp.methods.base import ClientJob, settings_of
+from fedapp.methods.base import ClientJob, Method, settings_of
 from fedapp.methods.personal import Masks, PersonalClient, PersonalServer
-from fedapp.methods.registry import Method
 from fedapp.train import TrainStats, local_train
 
 

@@ -14,25 +14,19 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, train_metrics
-from fedapp.methods.registry import Method
-from fedapp.methods.tiers import (
-    TieredServer,
-    TierParams,
-    active_masks,
-    es_metrics,
-    initial_model,
-    job_neurons,
-    load_state,
-    local_scores,
-    state_of,
-)
+from fedapp.device import host_arrays, load_host_arrays
+from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, local_test_scores, train_metrics
+from fedapp.methods.tier_client import active_masks, es_metrics, job_neurons
+from fedapp.methods.tiers import TieredServer, TierParams
+from fedapp.models import initial_model
+
+PERSONAL_MODEL = "personal-model"  # state key: the client's whole trained model (its personal model)
 
 
 def merge(model: torch.nn.Module, personal: dict[str, np.ndarray], active: dict[str, np.ndarray]) -> None:
     """Active entries keep the global values already in ``model``; all else is personal."""
-    current = state_of(model)
-    load_state(model, {k: np.where(active[k], v, personal[k]) if k in active else personal[k] for k, v in current.items()})
+    current = host_arrays(model.state_dict())
+    load_host_arrays(model, {k: np.where(active[k], v, personal[k]) if k in active else personal[k] for k, v in current.items()})
 
 
 class FedSPUClient(ClientPolicy):
@@ -40,17 +34,17 @@ class FedSPUClient(ClientPolicy):
 
     def train(self, job: ClientJob) -> ClientResult:
         active = active_masks(job, job_neurons(job))
-        merge(job.model, job.store.load(job.pid) or state_of(initial_model(self.cfg)), active)
+        merge(job.model, job.store.load(job.pid, PERSONAL_MODEL) or host_arrays(initial_model(self.cfg).state_dict()), active)
         params = dict(job.model.named_parameters())
         stats = self.fit(job, job.to_device({k: m for k, m in active.items() if k in params}))
-        job.store.save(job.pid, state_of(job.model))
+        job.store.save(job.pid, PERSONAL_MODEL, host_arrays(job.model.state_dict()))
         return ClientResult(metrics={**train_metrics(stats), **es_metrics(job.model, job, stats.loss, self.params.es_lambda)}, masks=active)
 
     def evaluate(self, job: ClientJob) -> dict[str, float]:
         """The stored personal model (w0 if never selected) on the local test split."""
-        personal = job.store.load(job.pid)
-        load_state(job.model, personal or state_of(initial_model(self.cfg)))
-        return local_scores(job.model, job)
+        personal = job.store.load(job.pid, PERSONAL_MODEL)
+        load_host_arrays(job.model, personal or host_arrays(initial_model(self.cfg).state_dict()))
+        return local_test_scores(job.model, job)
 
 
 METHOD = Method("fedspu", TieredServer, FedSPUClient, TierParams)

@@ -8,11 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from fedapp.masks import neuron_layout
-from fedapp.methods.base import ClientJob
+from fedapp.methods.base import ClientJob, Method, local_test_scores
 from fedapp.methods.dropout import SubModelClient
-from fedapp.methods.registry import Method
-from fedapp.methods.tiers import TieredServer, TierParams, leftmost_neurons, local_scores
-from fedapp.submodel import extract_submodel
+from fedapp.methods.submodel import extract_submodel
+from fedapp.methods.tiers import TieredServer, TierParams, leftmost_neurons
 
 
 class FjORDServer(TieredServer):
@@ -24,7 +23,7 @@ class FjORDClient(SubModelClient):
     def evaluate(self, job: ClientJob) -> dict[str, float]:
         p = float(job.config["active-fraction"])
         neurons = leftmost_neurons(neuron_layout(job.model).widths, p, self.params.kept_rounding)
-        return local_scores(extract_submodel(job.model, neurons)[0], job)
+        return local_test_scores(extract_submodel(job.model, neurons)[0], job)
 
 
 METHOD = Method("fjord", FjORDServer, FjORDClient, TierParams)

@@ -10,9 +10,8 @@ from __future__ import annotations
 import numpy as np
 from torch import nn
 
-from fedapp.methods.base import NodeTask
+from fedapp.methods.base import Method, NodeTask
 from fedapp.methods.personal import Masks, PersonalClient, PersonalServer, eligible
-from fedapp.methods.registry import Method
 
 
 class LocalClient(PersonalClient):

@@ -45,43 +45,37 @@ def personal_fraction(masks: Masks) -> float:
     return sum(int(m.sum()) for m in masks.values()) / total if total else 0.0
 
 
-def pack(prefix: str, masks: Masks) -> dict[str, np.ndarray]:
-    return {f"{prefix}:{n}": np.packbits(m.reshape(-1)) for n, m in masks.items()}
+def pack(masks: Masks) -> dict[str, np.ndarray]:
+    return {n: np.packbits(m.reshape(-1)) for n, m in masks.items()}
 
 
-def unpack(prefix: str, state: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> Masks:
-    return {n: np.unpackbits(state[f"{prefix}:{n}"], count=int(np.prod(s))).astype(bool).reshape(s) for n, s in shapes.items()}
+def unpack(packed: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> Masks:
+    return {n: np.unpackbits(packed[n], count=int(np.prod(s))).astype(bool).reshape(s) for n, s in shapes.items()}
+
+
+THETA, MASK_CURRENT, MASK_NEXT, SAVED_ROUND = "theta", "mask-current", "mask-next", "saved-round"  # state keys, saved together
 
 
 class PersonalState:
-    """θ_k, m_cur, m_next and the round they were saved in, as one store entry."""
+    """θ_k, m_cur, m_next and the round they were saved in: four state records, saved together."""
 
     def __init__(self, theta: dict[str, np.ndarray], m_cur: Masks, m_next: Masks, saved_round: int):
         self.theta, self.m_cur, self.m_next, self.saved_round = theta, m_cur, m_next, saved_round
 
     @classmethod
     def load(cls, job: ClientJob) -> PersonalState | None:
-        raw = job.store.load(job.pid)
-        if not raw:
+        saved = job.store.load(job.pid, SAVED_ROUND)
+        if not saved:
             return None
-        shapes = eligible(job.model)
-        theta = {k.split(":", 1)[1]: v for k, v in raw.items() if k.startswith("theta:")}
-        return cls(theta, unpack("mcur", raw, shapes), unpack("mnext", raw, shapes), int(raw["round"].reshape(-1)[0]))
+        shapes, load = eligible(job.model), job.store.load
+        m_cur, m_next = unpack(load(job.pid, MASK_CURRENT), shapes), unpack(load(job.pid, MASK_NEXT), shapes)
+        return cls(load(job.pid, THETA), m_cur, m_next, int(saved["round"].reshape(-1)[0]))
 
     def save(self, job: ClientJob) -> None:
-        arrays = {f"theta:{k}": v for k, v in self.theta.items()}
-        arrays.update(pack("mcur", self.m_cur))
-        arrays.update(pack("mnext", self.m_next))
-        arrays["round"] = np.array([self.saved_round], np.int64)
-        job.store.save(job.pid, arrays)
-
-
-def model_arrays(model: nn.Module) -> dict[str, np.ndarray]:
-    return host_arrays(model.state_dict())
-
-
-def load_arrays(model: nn.Module, arrays: dict[str, np.ndarray]) -> None:
-    load_host_arrays(model, arrays)
+        job.store.save_all(job.pid, {
+            THETA: self.theta, MASK_CURRENT: pack(self.m_cur), MASK_NEXT: pack(self.m_next),
+            SAVED_ROUND: {"round": np.array([self.saved_round], np.int64)},
+        })  # fmt: skip
 
 
 class PersonalClient(ClientPolicy):
@@ -115,12 +109,12 @@ class PersonalClient(ClientPolicy):
             if not all(r.all() for r in job.received.values()) and job.server_round > 1:
                 log.warning("client %d: no stored state but the server sent only part of the model (state lost?)", job.pid)
             return self.initial_mask(job.model)
-        received = model_arrays(job.model)
+        received = host_arrays(job.model.state_dict())
         theta = dict(state.theta)
         for name, m_old in state.m_cur.items():
             take = ~m_old & job.received[name]
             theta[name] = np.where(take, received[name], theta[name])
-        load_arrays(job.model, theta)
+        load_host_arrays(job.model, theta)
         return state.m_next
 
     def train(self, job: ClientJob) -> ClientResult:
@@ -128,7 +122,7 @@ class PersonalClient(ClientPolicy):
         start = {n: p.detach().clone() for n, p in job.model.named_parameters() if n in m_cur}
         stats = self.local_update(job, m_cur)
         m_next = self.next_mask(job, m_cur, start)
-        PersonalState(model_arrays(job.model), m_cur, m_next, job.server_round).save(job)
+        PersonalState(host_arrays(job.model.state_dict()), m_cur, m_next, job.server_round).save(job)
         metrics: dict[str, float] = {**train_metrics(stats), "personal-fraction": personal_fraction(m_cur)}
         metrics["personal-fraction-next"] = personal_fraction(m_next)
         return ClientResult(metrics=metrics, masks={n: ~m for n, m in m_cur.items()}, upload=set(m_cur))
@@ -137,7 +131,7 @@ class PersonalClient(ClientPolicy):
         """Accuracy of the client's own model (as left by its last local training)."""
         state = PersonalState.load(job)
         if state is not None and state.saved_round <= job.server_round:
-            load_arrays(job.model, state.theta)
+            load_host_arrays(job.model, state.theta)
         return local_test_scores(job.model, job)
 
 

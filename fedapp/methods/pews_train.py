@@ -159,16 +159,10 @@ class WarmupLoop:
 
 
 def masks_to_records(flat: np.ndarray, layout: NeuronLayout) -> dict[str, np.ndarray]:
-    """Packed neuron-mask bits per hidden layer (h / 8 bytes in all)."""
-    return {layer.name: np.packbits(piece.astype(bool)) for layer, piece in zip(layout.hidden, layout.split(flat), strict=True)}
+    """A flat neuron mask over all hidden layers as its wire record (NeuronLayout.pack_neurons)."""
+    return layout.pack_neurons(layout.split(flat))
 
 
 def records_to_masks(record: dict[str, np.ndarray], layout: NeuronLayout) -> np.ndarray:
-    """Inverse of :func:`masks_to_records`, validating every layer's byte count."""
-    pieces = []
-    for layer in layout.hidden:
-        bits = record[layer.name]
-        if bits.dtype != np.uint8 or bits.shape != ((layer.out_width + 7) // 8,):
-            raise ValueError(f"{layer.name}: expected {(layer.out_width + 7) // 8} packed bytes, got {bits.dtype} {bits.shape}")
-        pieces.append(np.unpackbits(bits, count=layer.out_width).astype(bool))
-    return np.concatenate(pieces)
+    """The flat neuron mask of a wire record (NeuronLayout.unpack_neurons)."""
+    return np.concatenate(layout.unpack_neurons(record))

@@ -1,19 +1,21 @@
-"""Method registry: name -> (server policy, client policy, hyperparameter dataclass)."""
+"""Method registry: name -> the module whose ``METHOD`` (methods/base.py ``Method``) holds its server
+policy, client policy and hyperparameter dataclass. Modules load on first use, so resolving a
+run-config imports only the method it names (and no torch until then)."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fedapp.config import AUTO_LOCAL_TEST, PERSONAL_LOCAL_TEST, ConfigError, RunConfig, check_known, fields_of, parse
 
-if TYPE_CHECKING:
-    from fedapp.methods.base import ClientPolicy, ServerPolicy
+if TYPE_CHECKING:  # importing base would load torch: resolving a config stays light
+    from fedapp.methods.base import Method
 
-# name -> module holding METHOD; a new method is one file plus one line here.
+# name -> module holding METHOD. A new method is one file plus one line here; a new run-config key
+# of it also gets its default in pyproject's [tool.flwr.app.config] (tests/test_keys.py names a missing one).
 MODULES: dict[str, str] = {
     "fedavg": "fedapp.methods.fedavg",
     "fedprox": "fedapp.methods.fedprox",
@@ -21,6 +23,7 @@ MODULES: dict[str, str] = {
     "local": "fedapp.methods.local",
     "fedavg-ft": "fedapp.methods.fedavg_ft",
     "fedper": "fedapp.methods.fedper",
+    "fedbn": "fedapp.methods.fedbn",
     "fedpart": "fedapp.methods.fedpart",
     "fedspu": "fedapp.methods.fedspu",
     "fjord": "fedapp.methods.fjord",
@@ -28,14 +31,6 @@ MODULES: dict[str, str] = {
     "fedpews": "fedapp.methods.fedpews",
     "fedpews-fixed": "fedapp.methods.fedpews_fixed",
 }
-
-
-@dataclass(frozen=True)
-class Method:
-    name: str
-    server: type[ServerPolicy]
-    client: type[ClientPolicy]
-    params: type | None = None  # frozen dataclass of this method's own run-config keys
 
 
 def get_method(name: str) -> Method:

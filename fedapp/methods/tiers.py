@@ -1,4 +1,5 @@
-"""Device tiers and per-round neuron selection shared by FedSPU, FjORD and FedDrop.
+"""Device tiers, per-round neuron selection and the server half shared by FedSPU, FjORD and
+FedDrop (their client helpers: tier_client.py).
 
 A client's active fraction p comes from what its node reported in the discovery
 query (node-config ``active-fraction``, or ``tier`` = index into run-config
@@ -23,12 +24,10 @@ import numpy as np
 import torch
 
 from fedapp.config import ConfigError, RunConfig, float_list, key, one_of, unit_interval
-from fedapp.data import dataset_for
-from fedapp.device import host_arrays, load_host_arrays
 from fedapp.masks import model_param_masks, neuron_layout
-from fedapp.methods.base import ClientJob, NodeTask, Reply, Scalar, ServerPolicy, local_test_scores
+from fedapp.methods.base import NodeTask, Reply, Scalar, ServerPolicy
 from fedapp.methods.early_stop import EarlyStopping
-from fedapp.models import build_model
+from fedapp.methods.metric_names import CLIENT_ACTIVE_FRACTION, ES_ROUND_CODE
 
 RECORD = "neuron-masks"
 
@@ -96,66 +95,6 @@ def neuron_seed(seed: int, server_round: int, pid: int) -> int:
     return int(np.random.SeedSequence([seed, server_round, pid]).generate_state(1)[0])
 
 
-def pack(layer_names: list[str], neurons: list[np.ndarray]) -> dict[str, np.ndarray]:
-    return {name: np.packbits(m) for name, m in zip(layer_names, neurons, strict=True)}
-
-
-def initial_model(cfg: RunConfig) -> torch.nn.Module:
-    """w0: the seeded initial model, which server and clients rebuild identically (on the
-    CPU, from the CPU generator; a client loads its values into the model on its device)."""
-    ds = dataset_for(cfg)
-    with torch.device("cpu"):
-        return build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
-
-
-def job_neurons(job: ClientJob) -> list[np.ndarray]:
-    """The kept neurons the server chose for this client this round (bits or seed)."""
-    layout = neuron_layout(job.model)
-    names = [layer.name for layer in layout.hidden]
-    if "neuron-seed" in job.config:
-        params: TierParams = job.params
-        p = float(job.config["active-fraction"])
-        return random_neurons(layout.widths, p, int(job.config["neuron-seed"]), params.kept_rounding)
-    bits = job.records.get(RECORD)
-    if bits is None:  # full model (p >= 0.99): active_masks checks everything was sent
-        return [np.ones(w, bool) for w in layout.widths]
-    if set(bits) != set(names):
-        raise ValueError(f"{RECORD!r} names layers {sorted(bits)}, model has hidden layers {names}")
-    return [np.unpackbits(bits[n], count=w).astype(bool) for n, w in zip(names, layout.widths, strict=True)]
-
-
-def active_masks(job: ClientJob, neurons: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """Parameter masks of the active set; checks the server sent global values for all of it."""
-    masks = model_param_masks(job.model, neurons)
-    for k, m in masks.items():
-        if not job.received[k][m].all():
-            raise ValueError(f"server did not send the global values of every active entry of {k}")
-    return masks
-
-
-def state_of(model: torch.nn.Module) -> dict[str, np.ndarray]:
-    return host_arrays(model.state_dict())
-
-
-def load_state(model: torch.nn.Module, arrays: dict[str, np.ndarray]) -> None:
-    load_host_arrays(model, arrays)
-
-
-def local_scores(model: torch.nn.Module, job: ClientJob) -> dict[str, float]:
-    """Accuracy and loss on the local test split, in eval mode (BN statistics untouched)."""
-    return local_test_scores(model, job)
-
-
-def es_metrics(model: torch.nn.Module, job: ClientJob, train_loss: float, lam: float) -> dict[str, float]:
-    """The local-test loss of the trained model and the early-stopping loss (spec §1.3);
-    a client with no local test sample stops on its training loss alone."""
-    scores = local_scores(model, job)
-    if "loss" not in scores:
-        return {"es-loss": train_loss}
-    val_loss = scores["loss"]
-    return {"val-loss": val_loss, "es-loss": lam * train_loss + (1 - lam) * val_loss}
-
-
 class TieredServer(ServerPolicy):
     """Server half shared by the tiered methods: p per client from discovery, per-round
     neuron selection (``neurons``), personalised evaluation, optional early stopping."""
@@ -163,13 +102,13 @@ class TieredServer(ServerPolicy):
     personalized_eval = True
     params: TierParams
 
-    def __init__(self, cfg: RunConfig, params: Any, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Scalar]]):
-        super().__init__(cfg, params, initial, node_info)
+    def __init__(
+        self, cfg: RunConfig, params: Any, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Scalar]], model: torch.nn.Module
+    ):
+        super().__init__(cfg, params, initial, node_info, model)
         pids = sorted(node_info) or list(range(cfg.num_clients))
         self.p = {pid: active_fraction(pid, node_info.get(pid, {}), params, cfg.num_clients) for pid in pids}
-        model = initial_model(cfg)
         self.layout = neuron_layout(model)
-        self.model = model
         per_round = max(1, round(cfg.fraction_train * len(pids)))
         self.es = EarlyStopping(pids, per_round, params.es_compare, params.early_stopping)
 
@@ -189,7 +128,7 @@ class TieredServer(ServerPolicy):
         if self.params.mask_transport == "seed":
             task.config["neuron-seed"] = neuron_seed(self.cfg.seed, server_round, pid)
         else:
-            task.records[RECORD] = pack([layer.name for layer in self.layout.hidden], neurons)
+            task.records[RECORD] = self.layout.pack_neurons(neurons)
         task.download_masks = model_param_masks(self.model, neurons)
         return task
 
@@ -203,10 +142,10 @@ class TieredServer(ServerPolicy):
         row: dict[str, Any] = {
             "active_clients": len(self.es.pool),
             "stopped_clients": len(self.es.stopped),
-            "client_active_fraction": {str(r.pid): self.p[r.pid] for r in sorted(replies, key=lambda r: r.pid)},
+            CLIENT_ACTIVE_FRACTION: {str(r.pid): self.p[r.pid] for r in sorted(replies, key=lambda r: r.pid)},
         }
         if self.es.first_short_round == server_round:
-            row["es_round_code"] = server_round
+            row[ES_ROUND_CODE] = server_round
         return row
 
     def finished(self, server_round: int) -> bool:

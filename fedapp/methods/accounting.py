@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fedapp.layer_schedule import FULL
 from fedapp.masks import LayerGroup
+from fedapp.methods.layer_schedule import FULL
 
 
 @torch.no_grad()

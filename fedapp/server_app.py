@@ -1,0 +1,23 @@
+"""The ServerApp: read the run-config, run the federation, write results (fedapp.server). Flower
+loads it through the top-level server_app.py."""
+
+import logging
+
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from fedapp.rundir import checkout_base
+from fedapp.server import one_line, serve
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    run = grid.run
+    facts = {"engine": "flwr run", "flwr-run-id": run.run_id, "fab-hash": run.fab_hash, "run-config-overrides": dict(run.override_config)}
+    try:
+        serve(grid, context.run_config, base=checkout_base(), provenance=facts)
+    except Exception as err:
+        logging.getLogger("flwr").error("fedapp: error: %s", one_line(err))  # the line `fedapp sim` reports
+        raise

@@ -1,0 +1,75 @@
+"""Registries generate their lists: pyproject's run-config defaults, the model names, `fedapp keys`."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from fedapp.cli import main
+from fedapp.config import ConfigError, RunConfig, allowed_of, fields_of
+from fedapp.keys import check_declared
+from fedapp.methods.fedpews import PeWSParams
+from fedapp.methods.registry import resolve
+from fedapp.models import MODELS, build_model, register_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def declared() -> dict[str, object]:
+    return dict(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"])
+
+
+def test_pyproject_run_config_equals_the_registries_both_ways() -> None:
+    table = declared()
+    assert check_declared(table) == []
+    missing = {k: v for k, v in table.items() if k != "mask-lr"}
+    stale = {**table, "mask-rate": 0.5}
+    wrong = {**table, "lr": 0.5, "resume": "false"}
+    assert check_declared(missing) == ["missing key mask-lr (default 0.1)"]
+    assert check_declared(stale) == ["stale key mask-rate (no method declares it)"]
+    assert check_declared(wrong) == ["key lr: declared 0.5, registry default 0.05", 'key resume: declared "false", registry default false']
+
+
+def test_a_misspelt_key_gets_the_closest_known_one() -> None:
+    with pytest.raises(ConfigError, match=r"unknown run-config key\(s\) mask-lrr \(did you mean 'mask-lr' for 'mask-lrr'\?\)"):
+        resolve({"method": "fedpews", "mask-lrr": 0.2})
+    with pytest.raises(ConfigError, match=r"unknown run-config key\(s\) zzzz; `fedapp keys`"):
+        resolve({"zzzz": 1})
+
+
+def test_the_model_names_are_the_model_registry() -> None:
+    f = fields_of(RunConfig)["model"]
+    assert allowed_of(f) == "one of " + ", ".join(MODELS)
+    assert {"mlp", "cnn-bn", "resnet8"} <= set(MODELS)
+    with pytest.raises(ValueError, match="registered twice"):
+        register_model("mlp")(MODELS["mlp"])
+    model = build_model(RunConfig(model="cnn-bn"), (1, 8, 8), 3, seed=0)
+    assert model(__import__("torch").zeros(2, 1, 8, 8)).shape == (2, 3)
+
+
+def test_fedapp_keys_prints_common_and_the_methods_keys_with_default_allowed_and_doc() -> None:
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert main(["keys", "fedpews"]) == 0
+    text = out.getvalue()
+    assert text.startswith('common keys (every method)\n  method = "fedavg"    [one of fedavg, fedprox,')
+    assert "\nfedpews keys (PeWSParams)\n" in text and "tiers" not in text  # not another method's keys
+    for name, f in fields_of(PeWSParams).items():
+        default = f'"{f.default}"' if isinstance(f.default, str) else str(f.default)
+        assert f"  {name} = {default}    [{allowed_of(f)}]\n      {f.metadata['doc']}" in text
+    assert "  lr = 0.05    [a number > 0]\n" in text and "  resume = false    [true or false]\n" in text
+
+
+def test_fedpews_fixed_has_only_the_warmup_key_and_a_mask_key_is_reported_unused() -> None:
+    from fedapp.engine.run_local import full_config
+    from fedapp.run_checks import unused_keys
+
+    raw = full_config({"method": "fedpews-fixed", "mask-impl": "activation", "warmup-fraction": 0.25})
+    cfg, method, params = resolve(raw)
+    assert set(fields_of(type(params))) == {"warmup-fraction"} and params.warmup_fraction == 0.25
+    assert unused_keys(raw, cfg, method) == [
+        "run-config key 'mask-impl' = 'activation' is not used by method 'fedpews-fixed' (used by fedpews); ignored"
+    ]
