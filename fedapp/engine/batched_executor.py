@@ -1,0 +1,293 @@
+"""The in-process engine's batched client executor (run-config ``client-batch`` > 1).
+
+A round's train messages go through the ClientApp exactly as one at a time (decode, the
+method's client policy, state store, reply encoding, metrics), each on its own *lane*: a
+worker thread the engine steps explicitly, so only one lane ever runs at a time. When a
+client policy reaches its local training (``train.trainer()``, which ``ClientPolicy.fit`` and
+FedSelect's LocalAlt call), the lane parks there with the call's arguments and hands control
+back. Once every lane of a wave has parked or finished, the engine trains the parked calls
+together with ``fedapp.batched.train_clients`` (grouped by what a vectorised chunk must
+share), writes each client's trained weights into its own model and resumes the lanes one
+after another, each continuing its policy where it stopped. A policy that trains twice
+(FedSelect: a personal then a shared pass per epoch) parks twice.
+
+A call the kernel cannot reproduce (a model with dropout or unknown buffers, an extra loss
+other than the proximal term, no training samples) runs ``local_train`` on its lane at once;
+so does every method whose local loop is its own (FedPeWS warm-up rounds, FjORD/FedDrop
+sub-models). Each reason is logged once per engine. A chunk whose kernel call raises gives
+its clients back their generators' states and trains them one at a time.
+
+Memory follows the wave: at most ``client-batch`` messages are in flight, whatever the
+federation's size.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from flwr.app import Message
+from torch import nn
+
+from fedapp.batched.train import ClientOutcome, ClientWork, train_clients, unbatchable
+from fedapp.train import Augment, ProximalTerm, TrainSettings, TrainStats, local_train, needs_restore, use_trainer
+
+log = logging.getLogger("flwr")
+
+CPU_DEFAULT = 8  # auto on a CPU for models without convolutions (docs/batched.md: MLPs gain, convolutions lose there)
+AUTO_MAX = 256  # auto never stacks more clients than this
+AUTO_MEMORY_SHARE = 0.5  # auto on CUDA: the share of the device's free memory a chunk may take
+
+
+def parse_client_batch(value: Any) -> int | None:
+    """``client-batch`` as a number, None for ``auto`` (RunConfig has already checked it)."""
+    text = str(value)
+    return None if text == "auto" else int(text)
+
+
+@dataclass
+class FitCall:
+    """One client's parked ``local_train`` call, and where its outcome goes."""
+
+    model: nn.Module
+    x: torch.Tensor
+    y: torch.Tensor
+    settings: TrainSettings
+    gen: torch.Generator
+    grad_masks: dict[str, torch.Tensor] | None
+    prox: ProximalTerm | None
+    augment: Augment | None
+    outcome: ClientOutcome | None = None  # None after the kernel ran: it raised, train with local_train
+
+    def key(self) -> tuple[Any, ...]:
+        """What clients of one vectorised chunk must share."""
+        state = tuple((k, tuple(v.shape), v.dtype) for k, v in self.model.state_dict().items())
+        trainable = tuple(n for n, p in self.model.named_parameters() if p.requires_grad)
+        mu = self.prox.mu if self.prox is not None else 0.0
+        return (type(self.model), state, trainable, self.settings, mu, str(self.x.device), tuple(self.x.shape[1:]), self.x.dtype)
+
+
+def why_not_batched(model: nn.Module, x: torch.Tensor, settings: TrainSettings, extra_loss: Any) -> str | None:
+    """Why a ``local_train`` call runs one at a time (None: the kernel reproduces it)."""
+    reason = unbatchable(model)
+    if reason is not None:
+        return f"model: {reason}"
+    if extra_loss is not None and not isinstance(extra_loss, ProximalTerm):
+        return "an extra loss other than FedProx's proximal term"
+    if settings.optimizer not in ("sgd", "adam"):
+        return f"optimizer {settings.optimizer!r}"
+    if x.shape[0] == 0:
+        return "a client without training samples"
+    return None
+
+
+class Lane:
+    """A worker thread that runs one ClientApp call at a time and parks at its local training.
+
+    ``_run`` lets the lane go on; ``_back`` gives control back to the engine. The engine
+    releases ``_run`` and waits on ``_back``, so lane and engine never run at once."""
+
+    def __init__(self, deliver: Callable[[Message], Message], fallback: Callable[[str], None]):
+        self.deliver, self.fallback = deliver, fallback
+        self._run, self._back = threading.Semaphore(0), threading.Semaphore(0)
+        self.msg: Message | None = None
+        self.reply: Message | None = None
+        self.call: FitCall | None = None
+        self.parked = 0  # how often the current message parked
+        self.fits = 0  # how often the current message's client reached local training
+        self.closed = False
+        self._thread = threading.Thread(target=self._loop, name="fedapp-client-lane", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        use_trainer(self.fit)
+        while True:
+            self._run.acquire()
+            if self.closed:
+                from fedapp.client_cache import drop_thread_models
+
+                drop_thread_models()
+                self._back.release()
+                return
+            try:
+                assert self.msg is not None
+                self.reply = self.deliver(self.msg)
+            finally:
+                self.msg = None
+                self._back.release()
+
+    def start(self, msg: Message) -> None:
+        """Run ``msg`` until its client parks at local training or the reply is ready."""
+        self.msg, self.reply, self.call, self.parked, self.fits = msg, None, None, 0, 0
+        self.step()
+
+    def step(self) -> None:
+        self._run.release()
+        self._back.acquire()
+
+    def close(self) -> None:
+        self.closed = True
+        self.step()
+
+    def fit(
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        settings: TrainSettings,
+        gen: torch.Generator,
+        grad_masks: dict[str, torch.Tensor] | None = None,
+        extra_loss: Any = None,
+        augment: Augment | None = None,
+    ) -> TrainStats:
+        """``local_train``'s signature and result; runs on the lane's thread."""
+        self.fits += 1
+        reason = why_not_batched(model, x, settings, extra_loss)
+        if reason is not None:
+            self.fallback(reason)
+            return local_train(model, x, y, settings, gen, grad_masks, extra_loss, augment)
+        self.call = FitCall(model, x, y, settings, gen, grad_masks, extra_loss, augment)
+        self.parked += 1
+        self._back.release()  # the engine trains it with the other parked clients
+        self._run.acquire()
+        call, self.call = self.call, None
+        if call.outcome is None:
+            return local_train(model, x, y, settings, gen, grad_masks, extra_loss, augment)
+        with torch.no_grad():
+            for k, v in model.state_dict().items():
+                v.copy_(call.outcome.state[k])
+        model.train()
+        return call.outcome.stats
+
+
+@dataclass
+class BatchedExecutor:
+    """Trains a round's train messages ``client_batch`` at a time (None: ``auto``, sized at first use)."""
+
+    deliver: Callable[[Message], Message]
+    run_config: Mapping[str, Any]
+    client_batch: int | None
+    lanes: list[Lane] = field(default_factory=list)
+    said: set[str] = field(default_factory=set)
+
+    def once(self, text: str) -> None:
+        if text not in self.said:
+            self.said.add(text)
+            log.info("client-batch: %s", text)
+
+    def fallback(self, reason: str) -> None:
+        self.once(f"trains one client at a time where the local training has {reason}")
+
+    def size(self) -> int:
+        if self.client_batch is None:
+            self.client_batch = auto_client_batch(self.run_config)
+            self.once(f"auto picked {self.client_batch} clients per chunk")
+        return self.client_batch
+
+    def run(self, messages: Sequence[Message]) -> list[Message]:
+        """Replies in message order, each from the same client code as one at a time."""
+        size = self.size()
+        while len(self.lanes) < min(size, len(messages)):
+            self.lanes.append(Lane(self.deliver, self.fallback))
+        replies: list[Message] = []
+        for first in range(0, len(messages), size):
+            wave = messages[first : first + size]
+            lanes = self.lanes[: len(wave)]
+            for lane, msg in zip(lanes, wave, strict=True):
+                lane.start(msg)
+            if any(lane.fits == 0 for lane in lanes):
+                method = self.run_config.get("method", "fedavg")
+                self.once(f"{method} trains one client at a time in rounds where its local loop is its own (FedPeWS warm-up, FjORD/FedDrop)")
+            while parked := [lane for lane in lanes if lane.call is not None]:
+                train_parked([lane.call for lane in parked if lane.call is not None], self.once)
+                for lane in parked:
+                    lane.step()
+            replies.extend(lane.reply for lane in lanes if lane.reply is not None)
+        return replies
+
+    def close(self) -> None:
+        for lane in self.lanes:
+            lane.close()
+        self.lanes.clear()
+
+
+def train_parked(calls: Sequence[FitCall], say: Callable[[str], None]) -> None:
+    """Train the parked calls in vectorised chunks, one chunk per shared key."""
+    groups: dict[tuple[Any, ...], list[FitCall]] = {}
+    for call in calls:
+        groups.setdefault(call.key(), []).append(call)
+    for group in groups.values():
+        states = [c.gen.get_state() for c in group]
+        works = [
+            ClientWork(
+                c.x, c.y, c.gen, {k: v.detach() for k, v in c.model.state_dict().items()}, c.grad_masks,
+                c.prox.masks if c.prox is not None else None, c.augment,
+            )  # fmt: skip
+            for c in group
+        ]
+        mu = group[0].prox.mu if group[0].prox is not None else 0.0
+        try:
+            outcomes = train_clients(group[0].model, works, group[0].settings, group[0].x.device, len(group), mu)
+        except Exception as err:  # the clients train one at a time, from their generators' states before
+            say(f"a chunk failed in the batched kernel ({type(err).__name__}: {err}); its clients train one at a time")
+            for c, s in zip(group, states, strict=True):
+                c.gen.set_state(s)
+            continue
+        for c, outcome in zip(group, outcomes, strict=True):
+            c.outcome = outcome
+
+
+def auto_client_batch(raw: Mapping[str, Any]) -> int:
+    """``client-batch = auto``: on CUDA the most clients whose stacked training fits in
+    ``AUTO_MEMORY_SHARE`` of the free device memory (per client: the parameters times the
+    copies a step holds, one minibatch's activations and its training data), at most
+    ``AUTO_MAX``; elsewhere ``CPU_DEFAULT`` for models without convolutions, 1 with them."""
+    from fedapp.client_cache import resolve_once
+    from fedapp.data import dataset_for
+    from fedapp.device import process_device
+    from fedapp.models import build_model
+
+    cfg = resolve_once(raw)[0]
+    device = process_device(cfg.device)
+    ds = dataset_for(cfg)
+    model = build_model(cfg, ds.in_shape, ds.num_classes)
+    if device.type != "cuda":
+        return 1 if any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules()) else CPU_DEFAULT
+    free, _ = torch.cuda.mem_get_info(device)
+    n_max = max(2 * int(ds.y_train.shape[0]) // max(cfg.num_clients, 1), cfg.batch_size)  # twice a mean client's samples
+    per_client = client_bytes(model, ds.in_shape, cfg.batch_size, n_max, optimizer_slots(cfg), cfg.uses_prox)
+    return max(1, min(AUTO_MAX, math.floor(AUTO_MEMORY_SHARE * free / per_client)))
+
+
+def optimizer_slots(cfg: Any) -> int:
+    settings = TrainSettings(1, 0, cfg.batch_size, cfg.lr, cfg.optimizer, cfg.momentum, cfg.weight_decay)
+    return 2 if settings.optimizer == "adam" else int(settings.momentum > 0) + int(needs_restore(settings))
+
+
+def client_bytes(model: nn.Module, in_shape: tuple[int, ...], batch_size: int, samples: int, slots: int, prox: bool) -> int:
+    """Device bytes one client adds to a chunk: weights, gradients, the step's write-back copy,
+    optimizer state and the proximal anchor; twice the outputs of every module on one
+    minibatch (kept for the backward pass, and their gradients); its training samples."""
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    outputs = 0
+
+    def count(_m: nn.Module, _i: Any, out: Any) -> None:
+        nonlocal outputs
+        if isinstance(out, torch.Tensor):
+            outputs += out.numel() * out.element_size()
+
+    handles = [m.register_forward_hook(count) for m in model.modules() if not list(m.children())]
+    try:
+        with torch.no_grad():
+            model(torch.zeros((batch_size, *in_shape)))
+    finally:
+        for h in handles:
+            h.remove()
+    data = samples * (math.prod(in_shape) * 4 + 8)
+    return params * (3 + slots + int(prox)) + buffers + 2 * outputs + data
