@@ -202,7 +202,7 @@ class BatchedExecutor:
                 lane.start(msg)
             if any(lane.fits == 0 for lane in lanes):
                 method = self.run_config.get("method", "fedavg")
-                self.once(f"{method} trains one client at a time in rounds where its local loop is its own (FedPeWS warm-up, FjORD/FedDrop)")
+                self.once(f"{method} trains one client at a time where its local loop is its own (FedPeWS warm-up, FjORD/FedDrop)")
             while parked := [lane for lane in lanes if lane.call is not None]:
                 train_parked([lane.call for lane in parked if lane.call is not None], self.once)
                 for lane in parked:
@@ -223,13 +223,7 @@ def train_parked(calls: Sequence[FitCall], say: Callable[[str], None]) -> None:
         groups.setdefault(call.key(), []).append(call)
     for group in groups.values():
         states = [c.gen.get_state() for c in group]
-        works = [
-            ClientWork(
-                c.x, c.y, c.gen, {k: v.detach() for k, v in c.model.state_dict().items()}, c.grad_masks,
-                c.prox.masks if c.prox is not None else None, c.augment,
-            )  # fmt: skip
-            for c in group
-        ]
+        works = [ClientWork(c.x, c.y, c.gen, start_state(c.model), c.grad_masks, prox_masks(c), c.augment) for c in group]
         mu = group[0].prox.mu if group[0].prox is not None else 0.0
         try:
             outcomes = train_clients(group[0].model, works, group[0].settings, group[0].x.device, len(group), mu)
@@ -240,6 +234,14 @@ def train_parked(calls: Sequence[FitCall], say: Callable[[str], None]) -> None:
             continue
         for c, outcome in zip(group, outcomes, strict=True):
             c.outcome = outcome
+
+
+def start_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def prox_masks(call: FitCall) -> dict[str, torch.Tensor] | None:
+    return call.prox.masks if call.prox is not None else None
 
 
 def auto_client_batch(raw: Mapping[str, Any]) -> int:
