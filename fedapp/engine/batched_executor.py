@@ -77,6 +77,9 @@ def why_not_batched(model: nn.Module, x: torch.Tensor, settings: TrainSettings, 
     reason = unbatchable(model)
     if reason is not None:
         return f"model: {reason}"
+    hooked = [n for n, m in model.named_modules() if m._forward_hooks or m._forward_pre_hooks]
+    if hooked:  # the kernel runs one template model for the whole chunk: its hooks would apply to every client
+        return f"forward hooks on {', '.join(hooked)} (e.g. FedPeWS-Fixed's activation masks)"
     if extra_loss is not None and not isinstance(extra_loss, ProximalTerm):
         return "an extra loss other than FedProx's proximal term"
     if settings.optimizer not in ("sgd", "adam"):
