@@ -45,12 +45,33 @@ BASE = {
 FEDPART_SHORT = {"warmup-rounds": 1, "rounds-per-layer": 1, "cycles": 1, "full-rounds-between-cycles": 0}
 
 # method -> overrides; each trains through ClientPolicy.fit / train.trainer() (FedPeWS also in warm-up rounds)
-METHODS = {
+METHODS: dict[str, dict[str, Any]] = {
     "fedavg": {},
     "fedavg-momentum-decay": {"momentum": 0.9, "weight-decay": 0.001},
     "fedavg-adam-steps": {"optimizer": "adam", "lr": 0.01, "local-steps": 7},
     "fedprox": {"method": "fedprox", "proximal-mu": 0.5},
     "fedpews": {"method": "fedpews", "num-server-rounds": 3, "warmup-fraction": 0.5, "diversity-weight": 1.0},
+    "fedpews-shared-activation-prox-momentum": {
+        "method": "fedpews",
+        "num-server-rounds": 2,
+        "warmup-fraction": 0.5,
+        "mask-draw": "shared",
+        "mask-impl": "activation",
+        "base": "fedprox",
+        "proximal-mu": 0.5,
+        "momentum": 0.9,
+        "mask-extent": "rows",
+        "ste": "identity",
+    },
+    "fedpews-adam-probs": {
+        "method": "fedpews",
+        "num-server-rounds": 2,
+        "warmup-fraction": 0.5,
+        "optimizer": "adam",
+        "lr": 0.01,
+        "diversity-ref": "probs",
+        "mask-draw": "deterministic-upload",
+    },
     "fedpews-fixed": {"method": "fedpews-fixed", "num-server-rounds": 3, "warmup-fraction": 0.5},
     "fedspu": {"method": "fedspu", "tiers": "0.5,1.0"},
     "fedselect": {"method": "fedselect", "local-alt-epochs": 2, "num-server-rounds": 3},
@@ -129,13 +150,18 @@ def chunks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     import fedapp.engine.batched_executor as ex
 
     sizes: list[int] = []
-    real = ex.train_clients
+    real, real_warmups = ex.train_clients, ex.train_warmups
 
     def counting(model: nn.Module, works: Any, *args: Any, **kwargs: Any) -> Any:
         sizes.append(len(works))
         return real(model, works, *args, **kwargs)
 
+    def counting_warmups(works: Any) -> Any:
+        sizes.append(-len(works))  # negative: a FedPeWS warm-up chunk
+        return real_warmups(works)
+
     monkeypatch.setattr(ex, "train_clients", counting)
+    monkeypatch.setattr(ex, "train_warmups", counting_warmups)
     return sizes
 
 
@@ -145,6 +171,8 @@ def test_client_batch_8_is_the_one_at_a_time_run(tmp_path: Path, name: str, chun
     assert chunks == []
     many_dir, many = run(tmp_path, METHODS[name], "8")
     assert chunks and max(chunks) > 1  # the kernel trained clients together
+    if METHODS[name].get("method") == "fedpews":
+        assert min(chunks) < -1  # and the warm-up round too
     a, b = np.load(one_dir / "model.npz"), np.load(many_dir / "model.npz")
     assert_close({k: a[k] for k in a.files}, {k: b[k] for k in b.files}, "model")
     assert_close(outcome_rows(one_dir), outcome_rows(many_dir), "metrics rows")

@@ -34,7 +34,9 @@ import torch
 from flwr.app import Message
 from torch import nn
 
+from fedapp.batched.pews import WarmupWork, train_warmups, warmup_key
 from fedapp.batched.train import ClientOutcome, ClientWork, train_clients, unbatchable
+from fedapp.methods.pews_train import use_warmup_runner
 from fedapp.train import Augment, ProximalTerm, TrainSettings, TrainStats, local_train, needs_restore, use_trainer
 
 log = logging.getLogger("flwr")
@@ -72,6 +74,17 @@ class FitCall:
         return (type(self.model), state, trainable, self.settings, mu, str(self.x.device), tuple(self.x.shape[1:]), self.x.dtype)
 
 
+@dataclass
+class WarmupCall:
+    """One client's parked FedPeWS warm-up round (``WarmupLoop.run``)."""
+
+    work: WarmupWork
+    outcome: tuple[TrainStats, torch.Tensor, dict[str, torch.Tensor]] | None = None
+
+    def key(self) -> tuple[Any, ...]:
+        return ("pews", *warmup_key(self.work))
+
+
 def why_not_batched(model: nn.Module, x: torch.Tensor, settings: TrainSettings, extra_loss: Any) -> str | None:
     """Why a ``local_train`` call runs one at a time (None: the kernel reproduces it)."""
     reason = unbatchable(model)
@@ -100,7 +113,7 @@ class Lane:
         self._run, self._back = threading.Semaphore(0), threading.Semaphore(0)
         self.msg: Message | None = None
         self.reply: Message | None = None
-        self.call: FitCall | None = None
+        self.call: FitCall | WarmupCall | None = None
         self.parked = 0  # how often the current message parked
         self.fits = 0  # how often the current message's client reached local training
         self.closed = False
@@ -109,6 +122,7 @@ class Lane:
 
     def _loop(self) -> None:
         use_trainer(self.fit)
+        use_warmup_runner(self.warmup)
         while True:
             self._run.acquire()
             if self.closed:
@@ -154,11 +168,8 @@ class Lane:
         if reason is not None:
             self.fallback(reason)
             return local_train(model, x, y, settings, gen, grad_masks, extra_loss, augment)
-        self.call = FitCall(model, x, y, settings, gen, grad_masks, extra_loss, augment)
-        self.parked += 1
-        self._back.release()  # the engine trains it with the other parked clients
-        self._run.acquire()
-        call, self.call = self.call, None
+        call = self.park(FitCall(model, x, y, settings, gen, grad_masks, extra_loss, augment))
+        assert isinstance(call, FitCall)
         if call.outcome is None:
             return local_train(model, x, y, settings, gen, grad_masks, extra_loss, augment)
         with torch.no_grad():
@@ -166,6 +177,36 @@ class Lane:
                 v.copy_(call.outcome.state[k])
         model.train()
         return call.outcome.stats
+
+    def park(self, call: FitCall | WarmupCall) -> FitCall | WarmupCall:
+        """Hand ``call`` to the engine, which trains it with the other parked clients; return it done."""
+        self.call = call
+        self.parked += 1
+        self._back.release()
+        self._run.acquire()
+        self.call = None
+        return call
+
+    def warmup(self, loop: Any, x: torch.Tensor, y: torch.Tensor, scores: torch.Tensor, pews: dict[str, Any], gen: torch.Generator) -> Any:
+        """``WarmupLoop.run`` with the client parked for a batched warm-up (``fedapp.batched.pews``)."""
+        self.fits += 1
+        reason = why_not_batched(loop.model, x, loop.settings, None)
+        if reason is None and any(True for _ in loop.model.buffers()):
+            reason = "a FedPeWS warm-up of a model with buffers"
+        if reason is not None:
+            self.fallback(reason)
+            return loop.run_here(x, y, scores, pews, gen)
+        call = self.park(WarmupCall(WarmupWork(loop, x, y, scores, pews, gen)))
+        assert isinstance(call, WarmupCall)
+        if call.outcome is None:
+            return loop.run_here(x, y, scores, pews, gen)
+        stats, new_scores, trained = call.outcome
+        with torch.no_grad():
+            for n, p in loop.model.named_parameters():
+                if n in trained:
+                    p.copy_(trained[n])
+        loop.model.train()
+        return stats, new_scores
 
 
 @dataclass
@@ -205,7 +246,7 @@ class BatchedExecutor:
                 lane.start(msg)
             if any(lane.fits == 0 for lane in lanes):
                 method = self.run_config.get("method", "fedavg")
-                self.once(f"{method} trains one client at a time where its local loop is its own (FedPeWS warm-up, FjORD/FedDrop)")
+                self.once(f"{method} trains one client at a time where its local loop is its own (FjORD/FedDrop sub-models)")
             while parked := [lane for lane in lanes if lane.call is not None]:
                 train_parked([lane.call for lane in parked if lane.call is not None], self.once)
                 for lane in parked:
@@ -219,12 +260,15 @@ class BatchedExecutor:
         self.lanes.clear()
 
 
-def train_parked(calls: Sequence[FitCall], say: Callable[[str], None]) -> None:
+def train_parked(calls: Sequence[FitCall | WarmupCall], say: Callable[[str], None]) -> None:
     """Train the parked calls in vectorised chunks, one chunk per shared key."""
-    groups: dict[tuple[Any, ...], list[FitCall]] = {}
+    groups: dict[tuple[Any, ...], list[Any]] = {}
     for call in calls:
         groups.setdefault(call.key(), []).append(call)
     for group in groups.values():
+        if isinstance(group[0], WarmupCall):
+            train_warmup_group(group, say)
+            continue
         states = [c.gen.get_state() for c in group]
         works = [ClientWork(c.x, c.y, c.gen, start_state(c.model), c.grad_masks, prox_masks(c), c.augment) for c in group]
         mu = group[0].prox.mu if group[0].prox is not None else 0.0
@@ -237,6 +281,19 @@ def train_parked(calls: Sequence[FitCall], say: Callable[[str], None]) -> None:
             continue
         for c, outcome in zip(group, outcomes, strict=True):
             c.outcome = outcome
+
+
+def train_warmup_group(group: Sequence[WarmupCall], say: Callable[[str], None]) -> None:
+    states = [c.work.gen.get_state() for c in group]
+    try:
+        outcomes = train_warmups([c.work for c in group])
+    except Exception as err:
+        say(f"a FedPeWS warm-up chunk failed in the batched kernel ({type(err).__name__}: {err}); its clients train one at a time")
+        for c, s in zip(group, states, strict=True):
+            c.work.gen.set_state(s)
+        return
+    for c, outcome in zip(group, outcomes, strict=True):
+        c.outcome = outcome
 
 
 def start_state(model: nn.Module) -> dict[str, torch.Tensor]:
