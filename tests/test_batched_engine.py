@@ -140,7 +140,7 @@ def wire_view(grid: RecordingGrid) -> list[dict[str, Any]]:
     return out
 
 
-def client_state(grid: RecordingGrid) -> dict[int, dict[str, np.ndarray]]:
+def client_state(grid: RecordingGrid) -> dict[int, dict[str, dict[str, np.ndarray]]]:
     return {node: {name: from_record(rec) for name, rec in ctx.state.array_records.items()} for node, ctx in grid.contexts.items()}
 
 
