@@ -78,6 +78,8 @@ METHODS: dict[str, dict[str, Any]] = {
     "fedper": {"method": "fedper"},
     # FedPart's shortest schedule on this MLP (3 layer groups): 1 warm-up round + 1 round per group
     "fedpart": {"method": "fedpart", "num-server-rounds": 4, **FEDPART_SHORT},
+    # BatchNorm in train mode: per-client statistics, chunks only of clients with equal minibatch sizes
+    "fedavg-cnn-bn": {"model": "cnn-bn", "partition": "iid", "num-clients": 4},
 }
 
 
