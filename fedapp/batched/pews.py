@@ -105,19 +105,19 @@ def train_warmups(works: Sequence[WarmupWork]) -> list[tuple[TrainStats, torch.T
     ) -> Any:
         pm = param_masks(mask)
         task = ce(forward(tr, fx, xb, mask, pm), yb, wb)
+        used = {n: m.detach() for n, m in pm.items() if n in tr}  # the step's parameter masks, for the optimizer
         if tmpl.mu <= 0:
-            return task, task.detach()
+            return task, (task.detach(), used)
         total = torch.zeros((), dtype=task.dtype, device=task.device)
         for n, p in tr.items():
             d = p - anc[n]
             if n in pm:
                 d = d * pm[n]
             total = total + (d * d).sum()
-        return task + 0.5 * tmpl.mu * total, task.detach()
+        return task + 0.5 * tmpl.mu * total, (task.detach(), used)
 
     score_grads = vmap(grad(score_loss, has_aux=True))
     weight_grads = vmap(grad(weight_loss, has_aux=True))
-    masks_of = vmap(param_masks)
     total = torch.zeros(len(works), dtype=torch.float64, device=device)
     for t in range(grid.num_steps):
         active, width = grid.active[t], grid.widths[t]
@@ -128,9 +128,8 @@ def train_warmups(works: Sequence[WarmupWork]) -> list[tuple[TrainStats, torch.T
         new_scores = scores - lr * g
         scores = torch.where(active.view(-1, 1), new_scores, scores)
         mask = drawn if shared else (u2 < torch.sigmoid(scores)).to(scores.dtype)
-        pm = {n: m for n, m in masks_of(mask).items() if n in train}
+        grads, (task, pm) = weight_grads(train, fixed, mask, anchor, xb, yb, wb)
         opt.masks, opt.float_masks = {n: m.bool() for n, m in pm.items()}, pm
-        grads, task = weight_grads(train, fixed, mask, anchor, xb, yb, wb)
         opt.step(train, grads, active, grid.all_active[t])
         total += torch.where(active, task.double(), 0.0)
     losses = total.tolist()
