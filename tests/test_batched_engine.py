@@ -21,7 +21,7 @@ from torch import nn
 
 from client_app import app as client_app
 from fedapp.config import ConfigError
-from fedapp.engine.batched_executor import FitCall, auto_client_batch, train_parked
+from fedapp.engine.batched_executor import FitCall, auto_client_batch, client_bytes, train_parked
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
 from fedapp.methods.registry import resolve
@@ -249,3 +249,11 @@ def test_client_batch_is_checked_before_training() -> None:
 def test_auto_on_a_cpu_is_a_small_batch_for_mlps_and_one_for_convolutions() -> None:
     assert auto_client_batch(full_config(BASE)) == 8
     assert auto_client_batch(full_config({**BASE, "model": "cnn"})) == 1
+
+
+def test_the_cuda_memory_estimate_counts_weights_outputs_and_data() -> None:
+    """Linear(2, 3) + ReLU, minibatch 4, 10 samples, momentum (1 state tensor), no FedProx:
+    weights 9 floats x (3 + 1) copies, outputs 2 x (12 + 12) floats, data 10 x (2 floats + 1 int64)."""
+    model = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
+    assert client_bytes(model, (2,), 4, 10, 1, False) == 9 * 4 * 4 + 2 * (12 + 12) * 4 + 10 * (2 * 4 + 8)
+    assert client_bytes(model, (2,), 4, 10, 2, True) - client_bytes(model, (2,), 4, 10, 1, False) == 2 * 9 * 4

@@ -95,6 +95,10 @@ def why_not_batched(model: nn.Module, x: torch.Tensor, settings: TrainSettings, 
         return f"forward hooks on {', '.join(hooked)} (e.g. FedPeWS-Fixed's activation masks)"
     if extra_loss is not None and not isinstance(extra_loss, ProximalTerm):
         return "an extra loss other than FedProx's proximal term"
+    if isinstance(extra_loss, ProximalTerm) and not all(
+        torch.equal(extra_loss.anchor[n], p) for n, p in model.named_parameters() if p.requires_grad and n in extra_loss.anchor
+    ):  # the kernel anchors the proximal term at each client's start weights
+        return "a proximal term anchored elsewhere than the start weights"
     if settings.optimizer not in ("sgd", "adam"):
         return f"optimizer {settings.optimizer!r}"
     if x.shape[0] == 0:
