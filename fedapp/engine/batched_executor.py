@@ -46,12 +46,6 @@ AUTO_MAX = 256  # auto never stacks more clients than this
 AUTO_MEMORY_SHARE = 0.5  # auto on CUDA: the share of the device's free memory a chunk may take
 
 
-def parse_client_batch(value: Any) -> int | None:
-    """``client-batch`` as a number, None for ``auto`` (RunConfig has already checked it)."""
-    text = str(value)
-    return None if text == "auto" else int(text)
-
-
 @dataclass
 class FitCall:
     """One client's parked ``local_train`` call, and where its outcome goes."""

@@ -18,7 +18,7 @@ import itertools
 import time
 import traceback
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flwr.app import Context, Error, Message, MessageType, RecordDict
 from flwr.clientapp import ClientApp
@@ -26,7 +26,8 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
-from fedapp.engine.batched_executor import BatchedExecutor, parse_client_batch
+if TYPE_CHECKING:
+    from fedapp.engine.batched_executor import BatchedExecutor
 
 SERVER_NODE_ID = 1
 
@@ -46,8 +47,12 @@ class LocalGrid(Grid):
             self.contexts[node_id] = Context(1, node_id, node_config, RecordDict(), dict(run_config))
         self._pending: dict[str, Message] = {}
         self.client_seconds = 0.0  # time spent inside the ClientApp
-        size = parse_client_batch(run_config.get("client-batch", "1"))
-        self.executor = None if size == 1 else BatchedExecutor(self._deliver, run_config, size)
+        setting = str(run_config.get("client-batch", "1"))  # checked with the run-config (RunConfig.client_batch)
+        self.executor: BatchedExecutor | None = None
+        if setting != "1":  # torch and the batched kernel only where they are used
+            from fedapp.engine.batched_executor import BatchedExecutor
+
+            self.executor = BatchedExecutor(self._deliver, run_config, None if setting == "auto" else int(setting))
 
     def close(self) -> None:
         """Stop the batched executor's lanes (threads), if any."""
