@@ -21,7 +21,8 @@ from torch import nn
 
 from client_app import app as client_app
 from fedapp.config import ConfigError
-from fedapp.engine.batched_executor import FitCall, auto_client_batch, client_bytes, train_parked
+from fedapp.engine.batched_executor import FitCall, train_parked
+from fedapp.engine.client_batch_size import auto_client_batch, client_bytes
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
 from fedapp.methods.registry import resolve

@@ -11,11 +11,13 @@ share), writes each client's trained weights into its own model and resumes the 
 after another, each continuing its policy where it stopped. A policy that trains twice
 (FedSelect: a personal then a shared pass per epoch) parks twice.
 
-A call the kernel cannot reproduce (a model with dropout or unknown buffers, an extra loss
-other than the proximal term, no training samples) runs ``local_train`` on its lane at once;
-so does every method whose local loop is its own (FedPeWS warm-up rounds, FjORD/FedDrop
-sub-models). Each reason is logged once per engine. A chunk whose kernel call raises gives
-its clients back their generators' states and trains them one at a time.
+FedPeWS warm-up rounds park the same way in ``WarmupLoop.run`` and are trained by
+``fedapp.batched.pews``. A call the kernel cannot reproduce (a model with dropout or unknown
+buffers, forward hooks, an extra loss other than the proximal term at the start weights, no
+training samples) runs ``local_train`` on its lane at once; so does every method whose local
+loop is its own (FjORD/FedDrop sub-models). Each reason is logged once per engine. A chunk
+whose kernel call raises gives its clients back their generators' states and trains them
+one at a time.
 
 Memory follows the wave: at most ``client-batch`` messages are in flight, whatever the
 federation's size.
@@ -24,7 +26,6 @@ federation's size.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,14 +37,11 @@ from torch import nn
 
 from fedapp.batched.pews import WarmupWork, train_warmups, warmup_key
 from fedapp.batched.train import ClientOutcome, ClientWork, train_clients, unbatchable
+from fedapp.engine.client_batch_size import auto_client_batch
 from fedapp.methods.pews_train import use_warmup_runner
-from fedapp.train import Augment, ProximalTerm, TrainSettings, TrainStats, local_train, needs_restore, use_trainer
+from fedapp.train import Augment, ProximalTerm, TrainSettings, TrainStats, local_train, use_trainer
 
 log = logging.getLogger("flwr")
-
-CPU_DEFAULT = 8  # auto on a CPU for models without convolutions (docs/batched.md: MLPs gain, convolutions lose there)
-AUTO_MAX = 256  # auto never stacks more clients than this
-AUTO_MEMORY_SHARE = 0.5  # auto on CUDA: the share of the device's free memory a chunk may take
 
 
 @dataclass
@@ -300,54 +298,3 @@ def start_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def prox_masks(call: FitCall) -> dict[str, torch.Tensor] | None:
     return call.prox.masks if call.prox is not None else None
-
-
-def auto_client_batch(raw: Mapping[str, Any]) -> int:
-    """``client-batch = auto``: on CUDA the most clients whose stacked training fits in
-    ``AUTO_MEMORY_SHARE`` of the free device memory (per client: the parameters times the
-    copies a step holds, one minibatch's activations and its training data), at most
-    ``AUTO_MAX``; elsewhere ``CPU_DEFAULT`` for models without convolutions, 1 with them."""
-    from fedapp.client_cache import resolve_once
-    from fedapp.data import dataset_for
-    from fedapp.device import process_device
-    from fedapp.models import build_model
-
-    cfg = resolve_once(raw)[0]
-    device = process_device(cfg.device)
-    ds = dataset_for(cfg)
-    model = build_model(cfg, ds.in_shape, ds.num_classes)
-    if device.type != "cuda":
-        return 1 if any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules()) else CPU_DEFAULT
-    free, _ = torch.cuda.mem_get_info(device)
-    n_max = max(2 * int(ds.y_train.shape[0]) // max(cfg.num_clients, 1), cfg.batch_size)  # twice a mean client's samples
-    per_client = client_bytes(model, ds.in_shape, cfg.batch_size, n_max, optimizer_slots(cfg), cfg.uses_prox)
-    return max(1, min(AUTO_MAX, math.floor(AUTO_MEMORY_SHARE * free / per_client)))
-
-
-def optimizer_slots(cfg: Any) -> int:
-    settings = TrainSettings(1, 0, cfg.batch_size, cfg.lr, cfg.optimizer, cfg.momentum, cfg.weight_decay)
-    return 2 if settings.optimizer == "adam" else int(settings.momentum > 0) + int(needs_restore(settings))
-
-
-def client_bytes(model: nn.Module, in_shape: tuple[int, ...], batch_size: int, samples: int, slots: int, prox: bool) -> int:
-    """Device bytes one client adds to a chunk: weights, gradients, the step's write-back copy,
-    optimizer state and the proximal anchor; twice the outputs of every module on one
-    minibatch (kept for the backward pass, and their gradients); its training samples."""
-    params = sum(p.numel() * p.element_size() for p in model.parameters())
-    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
-    outputs = 0
-
-    def count(_m: nn.Module, _i: Any, out: Any) -> None:
-        nonlocal outputs
-        if isinstance(out, torch.Tensor):
-            outputs += out.numel() * out.element_size()
-
-    handles = [m.register_forward_hook(count) for m in model.modules() if not list(m.children())]
-    try:
-        with torch.no_grad():
-            model(torch.zeros((batch_size, *in_shape)))
-    finally:
-        for h in handles:
-            h.remove()
-    data = samples * (math.prod(in_shape) * 4 + 8)
-    return params * (3 + slots + int(prox)) + buffers + 2 * outputs + data
