@@ -258,3 +258,18 @@ def test_the_cuda_memory_estimate_counts_weights_outputs_and_data() -> None:
     model = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
     assert client_bytes(model, (2,), 4, 10, 1, False) == 9 * 4 * 4 + 2 * (12 + 12) * 4 + 10 * (2 * 4 + 8)
     assert client_bytes(model, (2,), 4, 10, 2, True) - client_bytes(model, (2,), 4, 10, 1, False) == 2 * 9 * 4
+
+
+def test_the_equivalence_check_catches_a_mask_leak(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let FedPeWS-Fixed's warm-up into the kernel on purpose: its neuron masks are forward hooks
+    on each client's model, and the kernel's one template model would apply the first client's
+    hooks to the whole chunk. The comparison the equivalence test makes must then fail."""
+    import fedapp.engine.batched_executor as ex
+
+    over = METHODS["fedpews-fixed"]
+    one_dir, _ = run(tmp_path, over, "1")
+    monkeypatch.setattr(ex, "why_not_batched", lambda *args: None)  # forward hooks no longer keep a client out
+    leak_dir, _ = run(tmp_path, over, "8")
+    a, b = np.load(one_dir / "model.npz"), np.load(leak_dir / "model.npz")
+    with pytest.raises(AssertionError):
+        assert_close({k: a[k] for k in a.files}, {k: b[k] for k in b.files}, "model")
