@@ -248,8 +248,15 @@ def test_client_batch_is_checked_before_training() -> None:
 
 
 def test_auto_on_a_cpu_is_a_small_batch_for_mlps_and_one_for_convolutions() -> None:
-    assert auto_client_batch(full_config(BASE)) == 8
-    assert auto_client_batch(full_config({**BASE, "model": "cnn"})) == 1
+    assert auto_client_batch(full_config(BASE)) == (8, 8)  # 8 per chunk, in rounds of at least 8 clients
+    assert auto_client_batch(full_config({**BASE, "model": "cnn"}))[0] == 1
+
+
+def test_auto_on_a_cpu_trains_small_rounds_one_at_a_time(tmp_path: Path, chunks: list[int]) -> None:
+    run(tmp_path / "6", {"num-server-rounds": 1}, "auto")  # 6 clients: fewer than 8
+    assert chunks == []
+    run(tmp_path / "10", {"num-server-rounds": 1, "num-clients": 10}, "auto")  # 10 clients: waves of 8 and 2
+    assert chunks == [8, 2]
 
 
 def test_the_cuda_memory_estimate_counts_weights_outputs_and_data() -> None:

@@ -223,15 +223,19 @@ class BatchedExecutor:
     def fallback(self, reason: str) -> None:
         self.once(f"trains one client at a time where the local training has {reason}")
 
+    auto_min: int = 1  # auto: rounds with fewer train messages go one at a time
+
     def size(self) -> int:
         if self.client_batch is None:
-            self.client_batch = auto_client_batch(self.run_config)
-            self.once(f"auto picked {self.client_batch} clients per chunk")
+            self.client_batch, self.auto_min = auto_client_batch(self.run_config)
+            self.once(f"auto picked {self.client_batch} clients per chunk, for rounds of at least {self.auto_min} clients")
         return self.client_batch
 
     def run(self, messages: Sequence[Message]) -> list[Message]:
         """Replies in message order, each from the same client code as one at a time."""
         size = self.size()
+        if size == 1 or len(messages) < self.auto_min:
+            return [self.deliver(m) for m in messages]
         while len(self.lanes) < min(size, len(messages)):
             self.lanes.append(Lane(self.deliver, self.fallback))
         replies: list[Message] = []

@@ -3,7 +3,9 @@
 On CUDA the most clients whose stacked training fits in ``AUTO_MEMORY_SHARE`` of the device's
 free memory (estimated per client by :func:`client_bytes`), at most ``AUTO_MAX``; elsewhere
 ``CPU_DEFAULT`` for models without convolutions and 1 with them (on a CPU vmapped
-convolutions are slower than one client's at a time, docs/batched.md).
+convolutions are slower than one client's at a time), and there only for rounds of at least
+``CPU_MIN_CLIENTS`` clients (on a CPU 2 stacked MLP clients are slower than 2 one after the
+other, 8 and more faster; docs/batched.md has the numbers).
 """
 
 from __future__ import annotations
@@ -18,15 +20,13 @@ from torch import nn
 from fedapp.train import TrainSettings, needs_restore
 
 CPU_DEFAULT = 8
+CPU_MIN_CLIENTS = 8
 AUTO_MAX = 256
 AUTO_MEMORY_SHARE = 0.5
 
 
-def auto_client_batch(raw: Mapping[str, Any]) -> int:
-    """``client-batch = auto``: on CUDA the most clients whose stacked training fits in
-    ``AUTO_MEMORY_SHARE`` of the free device memory (per client: the parameters times the
-    copies a step holds, one minibatch's activations and its training data), at most
-    ``AUTO_MAX``; elsewhere ``CPU_DEFAULT`` for models without convolutions, 1 with them."""
+def auto_client_batch(raw: Mapping[str, Any]) -> tuple[int, int]:
+    """(clients per chunk, fewest train messages of a round that is batched) for ``raw``."""
     from fedapp.client_cache import resolve_once
     from fedapp.data import dataset_for
     from fedapp.device import process_device
@@ -37,11 +37,11 @@ def auto_client_batch(raw: Mapping[str, Any]) -> int:
     ds = dataset_for(cfg)
     model = build_model(cfg, ds.in_shape, ds.num_classes)
     if device.type != "cuda":
-        return 1 if any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules()) else CPU_DEFAULT
+        return (1 if any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules()) else CPU_DEFAULT), CPU_MIN_CLIENTS
     free, _ = torch.cuda.mem_get_info(device)
     n_max = max(2 * int(ds.y_train.shape[0]) // max(cfg.num_clients, 1), cfg.batch_size)  # twice a mean client's samples
     per_client = client_bytes(model, ds.in_shape, cfg.batch_size, n_max, optimizer_slots(cfg), cfg.uses_prox)
-    return max(1, min(AUTO_MAX, math.floor(AUTO_MEMORY_SHARE * free / per_client)))
+    return max(1, min(AUTO_MAX, math.floor(AUTO_MEMORY_SHARE * free / per_client))), 1
 
 
 def optimizer_slots(cfg: Any) -> int:
