@@ -13,8 +13,17 @@ Each cell is warmed up once on 2 clients, then timed ``--repeats`` times (median
 GPU in wall seconds; on CPU in process CPU seconds (one thread by default), which a
 shared, loaded machine disturbs far less than wall time.
 
+``--engine`` times whole in-process engine rounds instead (``fedapp.engine``, FedAvg, the same
+models and clients): run-config ``client-batch = 1`` against ``client-batch = clients``, each
+a 2-round run from a fresh process cache; it reports the second round's train phase (the
+round's train messages in and replies out: decoding, the clients' local training, state,
+reply encoding), wall and process CPU seconds, and the largest gap of the final weights.
+Data: the FedPeWS synthetic set (32,000 training samples) split IID, and CIFAR-10-format
+files of random images written to a temporary data-root (512 per client), no augmentation.
+
     nice -n 10 env PYTHONPATH=. .venv/bin/python bench/batched_round.py --device cpu --clients 10
     PYTHONPATH=. .venv/bin/python bench/batched_round.py --device cuda          # 50 clients
+    nice -n 10 env PYTHONPATH=. .venv/bin/python bench/batched_round.py --engine --device cpu   # 50 clients
 """
 
 from __future__ import annotations
@@ -22,18 +31,27 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from flwr.app import MessageType
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from fedapp.batched.train import ClientWork, train_clients
+from fedapp.client_cache import clear_caches
+from fedapp.engine.local_grid import LocalGrid
+from fedapp.engine.run_local import full_config
 from fedapp.models.cnn import cnn
 from fedapp.models.mlp import mlp
 from fedapp.runtime import configure_threads
+from fedapp.server import serve
 from fedapp.train import TrainSettings, local_train
 
 MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], int]] = {
@@ -109,6 +127,71 @@ def timed(fn: Callable[[], object], repeats: int, clock: Callable[[], float]) ->
     return statistics.median(times), result
 
 
+ENGINE: dict[str, dict[str, Any]] = {
+    "cnn 3x32x32": {"dataset": "cifar10", "model": "cnn", "augment": "none"},
+    "fedpews mlp 5-32-64-128-32-4": {"dataset": "synthetic-32k", "model": "mlp", "mlp-hidden": "32,64,128,32"},
+}
+
+
+class TrainTiming(LocalGrid):
+    """LocalGrid timing each round's train messages (wall and process CPU seconds)."""
+
+    def __init__(self, *args: Any):
+        super().__init__(*args)
+        self.rounds: list[tuple[float, float]] = []
+
+    def send_and_receive(self, messages: Any, *, timeout: float | None = None) -> Any:
+        messages = list(messages)
+        wall, cpu = time.perf_counter(), time.process_time()
+        replies = super().send_and_receive(messages, timeout=timeout)
+        if messages and messages[0].metadata.message_type == MessageType.TRAIN:
+            self.rounds.append((time.perf_counter() - wall, time.process_time() - cpu))
+        return replies
+
+
+def engine_round(over: dict[str, Any], client_batch: int, run_dir: Path) -> tuple[float, float, dict[str, np.ndarray]]:
+    from client_app import app as client_app
+
+    clear_caches()
+    raw = full_config({**over, "client-batch": client_batch, "run-dir": str(run_dir), "overwrite": True})
+    grid = TrainTiming(client_app, raw, int(raw["num-clients"]))
+    try:
+        out = serve(grid, raw, discovery_timeout=30)
+    finally:
+        grid.close()
+    with np.load(out / "model.npz") as z:
+        weights = {k: z[k] for k in z.files}
+    return *grid.rounds[-1], weights
+
+
+def engine_main(args: argparse.Namespace) -> None:
+    from tests.data_files import write_cifar10
+
+    print(
+        f"in-process engine, FedAvg, {args.clients} clients, 1 epoch, batch 32, SGD lr 0.01, on {args.device}; "
+        "round 2's train phase, wall and process CPU seconds"
+    )
+    head = f"{'cb=1 wall':>9} {'cb=N wall':>9} {'ratio':>6} {'cb=1 cpu':>8} {'cb=N cpu':>8} {'ratio':>6}"
+    print(f"{'model':30} {'samples':>7} {head} {'max |dw|':>9}")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_cifar10(root / "data", args.samples * args.clients // 10, 20)
+        common = {
+            "num-clients": args.clients, "partition": "iid", "num-server-rounds": 2, "local-epochs": 1, "batch-size": 32,
+            "lr": 0.01, "energy-meter": "none", "device": args.device, "num-threads": args.threads, "data-root": str(root / "data"),
+        }  # fmt: skip
+        for label in args.models.split(","):
+            over = {**common, **ENGINE[label]}
+            one_wall, one_cpu, one = engine_round(over, 1, root / "cb1")
+            many_wall, many_cpu, many = engine_round(over, args.clients, root / "cbN")
+            gap = max(float(np.abs(one[k] - many[k]).max()) for k in one)
+            samples = 32_000 // args.clients if ENGINE[label]["dataset"] == "synthetic-32k" else args.samples
+            print(
+                f"{label:30} {samples:7d} {one_wall:9.3f} {many_wall:9.3f} {one_wall / many_wall:6.2f} "
+                f"{one_cpu:8.3f} {many_cpu:8.3f} {one_cpu / many_cpu:6.2f} {gap:9.1e}"
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu")
@@ -117,8 +200,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (CPU)")
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated names of " + " | ".join(MODELS))
+    ap.add_argument("--engine", action="store_true", help="whole engine rounds, client-batch 1 against --clients")
     args = ap.parse_args()
     configure_threads(args.threads)
+    if args.engine:
+        engine_main(args)
+        return
     device = torch.device(args.device)
     on_cpu = device.type == "cpu"
     name = f"cpu, {args.threads} thread(s)" if on_cpu else torch.cuda.get_device_name(device)

@@ -86,10 +86,19 @@ def process_model(cfg: RunConfig, ds: Dataset, device: torch.device) -> ProcessM
         pm = ProcessModel(model.to(device), initial, everything, rng)
         with _lock:
             _models[key] = pm
-            while len(_models) > 2:
-                _models.popitem(last=False)
+            mine = [k for k in _models if k[-1] == key[-1]]
+            for old in mine[: max(len(mine) - 2, 0)]:  # two per thread (the engine's batched lanes are threads)
+                del _models[old]
     pm.reset()
     return pm
+
+
+def drop_thread_models() -> None:
+    """Forget the models of the calling thread (a batched-executor lane that stops)."""
+    me = threading.get_ident()
+    with _lock:
+        for key in [k for k in _models if k[-1] == me]:
+            del _models[key]
 
 
 def clear_caches() -> None:

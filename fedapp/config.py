@@ -137,6 +137,10 @@ def device_check(v: Any) -> str | None:
     return None if DEVICE_RE.fullmatch(str(v)) else "auto, cpu, cuda, cuda:N (N = 0, 1, ...) or mps"
 
 
+def client_batch_check(v: Any) -> str | None:
+    return None if re.fullmatch(r"auto|[1-9]\d*", str(v)) else "auto or a whole number >= 1"
+
+
 PARTITION_RE = re.compile(r"^\s*\d+(\s*,\s*\d+)*(\s*\|\s*\d+(\s*,\s*\d+)*)*\s*$")
 
 
@@ -210,6 +214,11 @@ class RunConfig:
     )
     num_threads: int = key(1, thread_count, "torch/BLAS threads per client process")
     device: str = key("auto", device_check, "torch device to train on; auto: CUDA, else MPS, else CPU; a node's node-config device wins")
+    client_batch: str = key(
+        "1", client_batch_check,
+        "in-process engine (fedapp run) only: train a round's clients this many at a time as one vectorised computation "
+        "(docs/batched.md); auto: sized to the device; 1: one at a time; flwr run and deployments ignore it",
+    )  # fmt: skip
     seed: int = key(0, seed_range)
     run_dir: str = key("", doc="results folder; empty: a new folder per run, runs/<UTC time>-<method>-<dataset>-<4 hex>")
     target_accuracy: float = key(0.99, unit_interval, "accuracy the report counts rounds (and joules) to")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -90,22 +91,30 @@ def make_optimizer(params: list[nn.Parameter], s: TrainSettings) -> torch.optim.
     return torch.optim.SGD(params, lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
 
 
-def proximal_term(mu: float, anchor: dict[str, torch.Tensor], masks: dict[str, torch.Tensor] | None = None) -> ExtraLoss:
-    """(mu/2) * ||M * (x - x_start)||^2 over trainable parameters (FedProx)."""
+@dataclass(frozen=True)
+class ProximalTerm:
+    """(mu/2) * ||M * (x - x_start)||^2 over trainable parameters (FedProx), as a callable
+    extra loss whose parts a batched trainer can read (``fedapp.engine.batched_executor``)."""
 
-    device = next(iter(anchor.values())).device if anchor else torch.device("cpu")
+    mu: float
+    anchor: dict[str, torch.Tensor]
+    masks: dict[str, torch.Tensor] | None = None
 
-    def loss(model: nn.Module) -> torch.Tensor:
+    def __call__(self, model: nn.Module) -> torch.Tensor:
+        device = next(iter(self.anchor.values())).device if self.anchor else torch.device("cpu")
         total = torch.zeros((), device=device)
         for name, p in model.named_parameters():
-            if p.requires_grad and name in anchor:
-                d = p - anchor[name]
-                if masks is not None and name in masks:
-                    d = d * masks[name]
+            if p.requires_grad and name in self.anchor:
+                d = p - self.anchor[name]
+                if self.masks is not None and name in self.masks:
+                    d = d * self.masks[name]
                 total = total + (d * d).sum()
-        return 0.5 * mu * total
+        return 0.5 * self.mu * total
 
-    return loss
+
+def proximal_term(mu: float, anchor: dict[str, torch.Tensor], masks: dict[str, torch.Tensor] | None = None) -> ExtraLoss:
+    """(mu/2) * ||M * (x - x_start)||^2 over trainable parameters (FedProx)."""
+    return ProximalTerm(mu, anchor, masks)
 
 
 def needs_restore(settings: TrainSettings) -> bool:
@@ -158,3 +167,19 @@ def local_train(
         masked_step(opt, named, masks, restore)
         steps += 1
     return TrainStats(float(total) / max(steps, 1), int(x.shape[0]), steps, time.perf_counter() - start)
+
+
+LocalTrainer = Callable[..., TrainStats]  # local_train's signature
+_TRAINER: ContextVar[LocalTrainer] = ContextVar("fedapp_local_trainer", default=local_train)
+
+
+def trainer() -> LocalTrainer:
+    """The local training loop client policies call: ``local_train``, except inside the
+    in-process engine's batched executor (``client-batch`` > 1), which sets its own for the
+    thread that runs a client's message, with local_train's signature and result."""
+    return _TRAINER.get()
+
+
+def use_trainer(fn: LocalTrainer) -> None:
+    """Make ``fn`` this thread's (context's) local training loop (the batched executor's lanes)."""
+    _TRAINER.set(fn)

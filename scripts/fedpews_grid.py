@@ -7,7 +7,7 @@ thread each (`num-threads` = 1, set by the server loop), in the order listed (pa
 holds model.npz is finished and skipped.
 
     nice -n 10 env PYTHONPATH=. .venv/bin/python scripts/fedpews_grid.py runs/fedpews-grid \
-        --jobs 2 [--groups n4,e5] [--seeds 0,1] > grid.log 2>&1
+        --jobs 2 [--groups n4,e5] [--seeds 0,1] [--client-batch auto] > grid.log 2>&1
 """
 
 from __future__ import annotations
@@ -129,6 +129,7 @@ def main() -> None:
     parser.add_argument("--groups", default=",".join(GROUPS), help=f"comma list of {', '.join(GROUPS)}")
     parser.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="comma list of seeds")
     parser.add_argument("--only", default="", help="comma list of run names inside the groups (default: all)")
+    parser.add_argument("--client-batch", default="1", help="run-config client-batch of every run")
     args = parser.parse_args()
     configure_threads(1)  # the env vars reach the spawned workers before they load BLAS; serve() sets torch's own
     jobs = jobs_for(
@@ -137,6 +138,8 @@ def main() -> None:
         tuple(int(s) for s in args.seeds.split(",")),
         frozenset(filter(None, args.only.split(","))),
     )
+    if args.client_batch != "1":
+        jobs = [(run_dir, stem, {**over, "client-batch": args.client_batch}) for run_dir, stem, over in jobs]
     print(f"{len(jobs)} runs to do", flush=True)
     with grid_bar(len(jobs)) as bar, multiprocessing.get_context("spawn").Pool(args.jobs, initializer=quiet_rounds) as pool:
         for line in pool.imap_unordered(run_one, jobs):

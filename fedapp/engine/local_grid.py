@@ -6,6 +6,10 @@ bench can compare it against `flwr run`. Each simulated node keeps its own Conte
 (node_config with partition-id/num-partitions, and Context.state across rounds),
 as Flower's simulation engine does. Uses Flower's internal ``TaskIdentity`` to
 create messages outside a SuperLink (pinned flwr version; covered by tests).
+
+With run-config ``client-batch`` other than 1, a round's train messages go to the batched
+executor (``batched_executor.py``): the same ClientApp calls, with the clients' local
+training run as vectorised chunks. Every other message is delivered one at a time.
 """
 
 from __future__ import annotations
@@ -14,13 +18,16 @@ import itertools
 import time
 import traceback
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flwr.app import Context, Error, Message, RecordDict
+from flwr.app import Context, Error, Message, MessageType, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
+
+if TYPE_CHECKING:
+    from fedapp.engine.batched_executor import BatchedExecutor
 
 SERVER_NODE_ID = 1
 
@@ -40,6 +47,17 @@ class LocalGrid(Grid):
             self.contexts[node_id] = Context(1, node_id, node_config, RecordDict(), dict(run_config))
         self._pending: dict[str, Message] = {}
         self.client_seconds = 0.0  # time spent inside the ClientApp
+        setting = str(run_config.get("client-batch", "1"))  # checked with the run-config (RunConfig.client_batch)
+        self.executor: BatchedExecutor | None = None
+        if setting != "1":  # torch and the batched kernel only where they are used
+            from fedapp.engine.batched_executor import BatchedExecutor
+
+            self.executor = BatchedExecutor(self._deliver, run_config, None if setting == "auto" else int(setting))
+
+    def close(self) -> None:
+        """Stop the batched executor's lanes (threads), if any."""
+        if self.executor is not None:
+            self.executor.close()
 
     def set_run(self, run: Run) -> None:  # pragma: no cover - not used in-process
         pass
@@ -78,4 +96,10 @@ class LocalGrid(Grid):
         return [self._pending.pop(i) for i in message_ids if i in self._pending]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        return [self._deliver(m) for m in messages]
+        messages = list(messages)
+        if self.executor is None or not messages or any(m.metadata.message_type != MessageType.TRAIN for m in messages):
+            return [self._deliver(m) for m in messages]
+        before, start = self.client_seconds, time.perf_counter()
+        replies = self.executor.run(messages)
+        self.client_seconds = before + time.perf_counter() - start  # the lanes' own sums include their parked time
+        return replies

@@ -55,7 +55,10 @@ def run_local(overrides: Mapping[str, Any], node_configs: list[dict[str, Any]] |
     nodes = cfg.num_clients or (len(node_configs) if node_configs else node_count(cfg))
     grid = LocalGrid(client_app, raw, nodes, node_configs)
     base, provenance = Path.cwd(), {"engine": "in-process"}
-    if not progress:
-        return serve(grid, raw, base=base, provenance=provenance)
-    with round_bar(cfg.num_server_rounds, cfg.method) as report:
-        return serve(grid, raw, base=base, provenance=provenance, report=report)
+    try:
+        if not progress:
+            return serve(grid, raw, base=base, provenance=provenance)
+        with round_bar(cfg.num_server_rounds, cfg.method) as report:
+            return serve(grid, raw, base=base, provenance=provenance, report=report)
+    finally:
+        grid.close()

@@ -23,7 +23,7 @@ from fedapp.config import RunConfig
 from fedapp.data import ClientData
 from fedapp.data.on_device import ClientTensors
 from fedapp.state import StateStore
-from fedapp.train import ExtraLoss, TrainSettings, TrainStats, local_train, proximal_term
+from fedapp.train import ExtraLoss, TrainSettings, TrainStats, proximal_term, trainer
 
 Scalar = bool | int | float | str
 CPU = torch.device("cpu")
@@ -186,9 +186,11 @@ class ClientPolicy:
         return proximal_term(self.cfg.proximal_mu, anchor, masks)
 
     def fit(self, job: ClientJob, grad_masks: dict[str, torch.Tensor] | None = None) -> TrainStats:
+        """The local-training step of ``train`` (train.local_train, or the engine's batched
+        executor in its place: ``train.trainer``); what comes before and after stays per client."""
         x, y = job.tensors()
         extra = self.extra_loss(job.model, grad_masks)
-        return local_train(job.model, x, y, settings_of(self.cfg), job.gen, grad_masks, extra, augment=job.data.augment)
+        return trainer()(job.model, x, y, settings_of(self.cfg), job.gen, grad_masks, extra, augment=job.data.augment)
 
     def train(self, job: ClientJob) -> ClientResult:
         stats = self.fit(job)

@@ -29,7 +29,7 @@ import torch
 from fedapp.config import fraction, key, one_of, positive, unit_interval
 from fedapp.methods.base import ClientJob, Method, settings_of
 from fedapp.methods.personal import Masks, PersonalClient, PersonalServer
-from fedapp.train import TrainStats, local_train
+from fedapp.train import TrainStats, trainer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +111,7 @@ def local_alt(job: ClientJob, m_cur: Masks, epochs: int) -> TrainStats:
         order = job.gen.get_state()
         for masks in passes:
             job.gen.set_state(order)
-            stats = local_train(job.model, x, y, settings, job.gen, masks, None, augment=job.data.augment)
+            stats = trainer()(job.model, x, y, settings, job.gen, masks, None, augment=job.data.augment)
             losses.append(stats.loss)
             steps, seconds = steps + stats.steps, seconds + stats.seconds
     return TrainStats(float(np.mean(losses)) if losses else 0.0, int(x.shape[0]), steps, seconds)

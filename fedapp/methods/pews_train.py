@@ -8,8 +8,9 @@ cut per hidden layer with ``layout.split``-like slicing.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -145,7 +146,16 @@ class WarmupLoop:
     def run(
         self, x: torch.Tensor, y: torch.Tensor, scores: torch.Tensor, pews: dict[str, Any], gen: torch.Generator
     ) -> tuple[TrainStats, torch.Tensor]:
-        """All local steps of a warmup round; ``pews`` holds ref, weight, lr and shared (bool)."""
+        """All local steps of a warmup round; ``pews`` holds ref, weight, lr and shared (bool).
+        Inside the in-process engine's batched executor its runner trains this client together
+        with others (``fedapp.batched.pews``), else :meth:`run_here`."""
+        runner = _RUNNER.get()
+        return self.run_here(x, y, scores, pews, gen) if runner is None else runner(self, x, y, scores, pews, gen)
+
+    def run_here(
+        self, x: torch.Tensor, y: torch.Tensor, scores: torch.Tensor, pews: dict[str, Any], gen: torch.Generator
+    ) -> tuple[TrainStats, torch.Tensor]:
+        """:meth:`run` for this one client."""
         start = time.perf_counter()
         self.model.train()
         total, steps = loss_accumulator(x.device), 0
@@ -156,6 +166,14 @@ class WarmupLoop:
             total += self.weight_step(xb, yb, mask)
             steps += 1
         return TrainStats(float(total) / max(steps, 1), int(x.shape[0]), steps, time.perf_counter() - start), scores
+
+
+_RUNNER: ContextVar[Callable[..., tuple[TrainStats, torch.Tensor]] | None] = ContextVar("fedapp_warmup_runner", default=None)
+
+
+def use_warmup_runner(fn: Callable[..., tuple[TrainStats, torch.Tensor]]) -> None:
+    """Make ``fn(loop, x, y, scores, pews, gen)`` this thread's (context's) warm-up runner (the batched executor's lanes)."""
+    _RUNNER.set(fn)
 
 
 def masks_to_records(flat: np.ndarray, layout: NeuronLayout) -> dict[str, np.ndarray]:

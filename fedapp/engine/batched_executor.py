@@ -1,0 +1,304 @@
+"""The in-process engine's batched client executor (run-config ``client-batch`` > 1).
+
+A round's train messages go through the ClientApp exactly as one at a time (decode, the
+method's client policy, state store, reply encoding, metrics), each on its own *lane*: a
+worker thread the engine steps explicitly, so only one lane ever runs at a time. When a
+client policy reaches its local training (``train.trainer()``, which ``ClientPolicy.fit`` and
+FedSelect's LocalAlt call), the lane parks there with the call's arguments and hands control
+back. Once every lane of a wave has parked or finished, the engine trains the parked calls
+together with ``fedapp.batched.train_clients`` (grouped by what a vectorised chunk must
+share), writes each client's trained weights into its own model and resumes the lanes one
+after another, each continuing its policy where it stopped. A policy that trains twice
+(FedSelect: a personal then a shared pass per epoch) parks twice.
+
+FedPeWS warm-up rounds park the same way in ``WarmupLoop.run`` and are trained by
+``fedapp.batched.pews``. A call the kernel cannot reproduce (a model with dropout or unknown
+buffers, forward hooks, an extra loss other than the proximal term at the start weights, no
+training samples) runs ``local_train`` on its lane at once; so does every method whose local
+loop is its own (FjORD/FedDrop sub-models). Each reason is logged once per engine. A chunk
+whose kernel call raises gives its clients back their generators' states and trains them
+one at a time.
+
+Memory follows the wave: at most ``client-batch`` messages are in flight, whatever the
+federation's size.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from flwr.app import Message
+from torch import nn
+
+from fedapp.batched.pews import WarmupWork, train_warmups, warmup_key
+from fedapp.batched.train import ClientOutcome, ClientWork, train_clients, unbatchable
+from fedapp.engine.client_batch_size import auto_client_batch
+from fedapp.methods.pews_train import use_warmup_runner
+from fedapp.train import Augment, ProximalTerm, TrainSettings, TrainStats, local_train, use_trainer
+
+log = logging.getLogger("flwr")
+
+
+@dataclass
+class FitCall:
+    """One client's parked ``local_train`` call, and where its outcome goes."""
+
+    model: nn.Module
+    x: torch.Tensor
+    y: torch.Tensor
+    settings: TrainSettings
+    gen: torch.Generator
+    grad_masks: dict[str, torch.Tensor] | None
+    prox: ProximalTerm | None
+    augment: Augment | None
+    outcome: ClientOutcome | None = None  # None after the kernel ran: it raised, train with local_train
+
+    def key(self) -> tuple[Any, ...]:
+        """What clients of one vectorised chunk must share."""
+        state = tuple((k, tuple(v.shape), v.dtype) for k, v in self.model.state_dict().items())
+        trainable = tuple(n for n, p in self.model.named_parameters() if p.requires_grad)
+        mu = self.prox.mu if self.prox is not None else 0.0
+        return (type(self.model), state, trainable, self.settings, mu, str(self.x.device), tuple(self.x.shape[1:]), self.x.dtype)
+
+
+@dataclass
+class WarmupCall:
+    """One client's parked FedPeWS warm-up round (``WarmupLoop.run``)."""
+
+    work: WarmupWork
+    outcome: tuple[TrainStats, torch.Tensor, dict[str, torch.Tensor]] | None = None
+
+    def key(self) -> tuple[Any, ...]:
+        return ("pews", *warmup_key(self.work))
+
+
+def why_not_batched(model: nn.Module, x: torch.Tensor, settings: TrainSettings, extra_loss: Any) -> str | None:
+    """Why a ``local_train`` call runs one at a time (None: the kernel reproduces it)."""
+    reason = unbatchable(model)
+    if reason is not None:
+        return f"model: {reason}"
+    hooked = [n for n, m in model.named_modules() if m._forward_hooks or m._forward_pre_hooks]
+    if hooked:  # the kernel runs one template model for the whole chunk: its hooks would apply to every client
+        return f"forward hooks on {', '.join(hooked)} (e.g. FedPeWS-Fixed's activation masks)"
+    if extra_loss is not None and not isinstance(extra_loss, ProximalTerm):
+        return "an extra loss other than FedProx's proximal term"
+    if isinstance(extra_loss, ProximalTerm) and not all(
+        torch.equal(extra_loss.anchor[n], p) for n, p in model.named_parameters() if p.requires_grad and n in extra_loss.anchor
+    ):  # the kernel anchors the proximal term at each client's start weights
+        return "a proximal term anchored elsewhere than the start weights"
+    if settings.optimizer not in ("sgd", "adam"):
+        return f"optimizer {settings.optimizer!r}"
+    if x.shape[0] == 0:
+        return "a client without training samples"
+    return None
+
+
+class Lane:
+    """A worker thread that runs one ClientApp call at a time and parks at its local training.
+
+    ``_run`` lets the lane go on; ``_back`` gives control back to the engine. The engine
+    releases ``_run`` and waits on ``_back``, so lane and engine never run at once."""
+
+    def __init__(self, deliver: Callable[[Message], Message], fallback: Callable[[str], None]):
+        self.deliver, self.fallback = deliver, fallback
+        self._run, self._back = threading.Semaphore(0), threading.Semaphore(0)
+        self.msg: Message | None = None
+        self.reply: Message | None = None
+        self.call: FitCall | WarmupCall | None = None
+        self.parked = 0  # how often the current message parked
+        self.fits = 0  # how often the current message's client reached local training
+        self.closed = False
+        self._thread = threading.Thread(target=self._loop, name="fedapp-client-lane", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        use_trainer(self.fit)
+        use_warmup_runner(self.warmup)
+        while True:
+            self._run.acquire()
+            if self.closed:
+                from fedapp.client_cache import drop_thread_models
+
+                drop_thread_models()
+                self._back.release()
+                return
+            try:
+                assert self.msg is not None
+                self.reply = self.deliver(self.msg)
+            finally:
+                self.msg = None
+                self._back.release()
+
+    def start(self, msg: Message) -> None:
+        """Run ``msg`` until its client parks at local training or the reply is ready."""
+        self.msg, self.reply, self.call, self.parked, self.fits = msg, None, None, 0, 0
+        self.step()
+
+    def step(self) -> None:
+        self._run.release()
+        self._back.acquire()
+
+    def close(self) -> None:
+        self.closed = True
+        self.step()
+
+    def fit(
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        settings: TrainSettings,
+        gen: torch.Generator,
+        grad_masks: dict[str, torch.Tensor] | None = None,
+        extra_loss: Any = None,
+        augment: Augment | None = None,
+    ) -> TrainStats:
+        """``local_train``'s signature and result; runs on the lane's thread."""
+        self.fits += 1
+        reason = why_not_batched(model, x, settings, extra_loss)
+        if reason is not None:
+            self.fallback(reason)
+            return local_train(model, x, y, settings, gen, grad_masks, extra_loss, augment)
+        call = self.park(FitCall(model, x, y, settings, gen, grad_masks, extra_loss, augment))
+        assert isinstance(call, FitCall)
+        if call.outcome is None:
+            return local_train(model, x, y, settings, gen, grad_masks, extra_loss, augment)
+        with torch.no_grad():
+            for k, v in model.state_dict().items():
+                v.copy_(call.outcome.state[k])
+        model.train()
+        return call.outcome.stats
+
+    def park(self, call: FitCall | WarmupCall) -> FitCall | WarmupCall:
+        """Hand ``call`` to the engine, which trains it with the other parked clients; return it done."""
+        self.call = call
+        self.parked += 1
+        self._back.release()
+        self._run.acquire()
+        self.call = None
+        return call
+
+    def warmup(self, loop: Any, x: torch.Tensor, y: torch.Tensor, scores: torch.Tensor, pews: dict[str, Any], gen: torch.Generator) -> Any:
+        """``WarmupLoop.run`` with the client parked for a batched warm-up (``fedapp.batched.pews``)."""
+        self.fits += 1
+        reason = why_not_batched(loop.model, x, loop.settings, None)
+        if reason is None and any(True for _ in loop.model.buffers()):
+            reason = "a FedPeWS warm-up of a model with buffers"
+        if reason is not None:
+            self.fallback(reason)
+            return loop.run_here(x, y, scores, pews, gen)
+        call = self.park(WarmupCall(WarmupWork(loop, x, y, scores, pews, gen)))
+        assert isinstance(call, WarmupCall)
+        if call.outcome is None:
+            return loop.run_here(x, y, scores, pews, gen)
+        stats, new_scores, trained = call.outcome
+        with torch.no_grad():
+            for n, p in loop.model.named_parameters():
+                if n in trained:
+                    p.copy_(trained[n])
+        loop.model.train()
+        return stats, new_scores
+
+
+@dataclass
+class BatchedExecutor:
+    """Trains a round's train messages ``client_batch`` at a time (None: ``auto``, sized at first use)."""
+
+    deliver: Callable[[Message], Message]
+    run_config: Mapping[str, Any]
+    client_batch: int | None
+    lanes: list[Lane] = field(default_factory=list)
+    said: set[str] = field(default_factory=set)
+
+    def once(self, text: str) -> None:
+        if text not in self.said:
+            self.said.add(text)
+            log.info("client-batch: %s", text)
+
+    def fallback(self, reason: str) -> None:
+        self.once(f"trains one client at a time where the local training has {reason}")
+
+    auto_min: int = 1  # auto: rounds with fewer train messages go one at a time
+
+    def size(self) -> int:
+        if self.client_batch is None:
+            self.client_batch, self.auto_min = auto_client_batch(self.run_config)
+            self.once(f"auto picked {self.client_batch} clients per chunk, for rounds of at least {self.auto_min} clients")
+        return self.client_batch
+
+    def run(self, messages: Sequence[Message]) -> list[Message]:
+        """Replies in message order, each from the same client code as one at a time."""
+        size = self.size()
+        if size == 1 or len(messages) < self.auto_min:
+            return [self.deliver(m) for m in messages]
+        while len(self.lanes) < min(size, len(messages)):
+            self.lanes.append(Lane(self.deliver, self.fallback))
+        replies: list[Message] = []
+        for first in range(0, len(messages), size):
+            wave = messages[first : first + size]
+            lanes = self.lanes[: len(wave)]
+            for lane, msg in zip(lanes, wave, strict=True):
+                lane.start(msg)
+            if any(lane.fits == 0 for lane in lanes):
+                method = self.run_config.get("method", "fedavg")
+                self.once(f"{method} trains one client at a time where its local loop is its own (FjORD/FedDrop sub-models)")
+            while parked := [lane for lane in lanes if lane.call is not None]:
+                train_parked([lane.call for lane in parked if lane.call is not None], self.once)
+                for lane in parked:
+                    lane.step()
+            replies.extend(lane.reply for lane in lanes if lane.reply is not None)
+        return replies
+
+    def close(self) -> None:
+        for lane in self.lanes:
+            lane.close()
+        self.lanes.clear()
+
+
+def train_parked(calls: Sequence[FitCall | WarmupCall], say: Callable[[str], None]) -> None:
+    """Train the parked calls in vectorised chunks, one chunk per shared key."""
+    groups: dict[tuple[Any, ...], list[Any]] = {}
+    for call in calls:
+        groups.setdefault(call.key(), []).append(call)
+    for group in groups.values():
+        if isinstance(group[0], WarmupCall):
+            train_warmup_group(group, say)
+            continue
+        states = [c.gen.get_state() for c in group]
+        works = [ClientWork(c.x, c.y, c.gen, start_state(c.model), c.grad_masks, prox_masks(c), c.augment) for c in group]
+        mu = group[0].prox.mu if group[0].prox is not None else 0.0
+        try:
+            outcomes = train_clients(group[0].model, works, group[0].settings, group[0].x.device, len(group), mu)
+        except Exception as err:  # the clients train one at a time, from their generators' states before
+            say(f"a chunk failed in the batched kernel ({type(err).__name__}: {err}); its clients train one at a time")
+            for c, s in zip(group, states, strict=True):
+                c.gen.set_state(s)
+            continue
+        for c, outcome in zip(group, outcomes, strict=True):
+            c.outcome = outcome
+
+
+def train_warmup_group(group: Sequence[WarmupCall], say: Callable[[str], None]) -> None:
+    states = [c.work.gen.get_state() for c in group]
+    try:
+        outcomes = train_warmups([c.work for c in group])
+    except Exception as err:
+        say(f"a FedPeWS warm-up chunk failed in the batched kernel ({type(err).__name__}: {err}); its clients train one at a time")
+        for c, s in zip(group, states, strict=True):
+            c.work.gen.set_state(s)
+        return
+    for c, outcome in zip(group, outcomes, strict=True):
+        c.outcome = outcome
+
+
+def start_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def prox_masks(call: FitCall) -> dict[str, torch.Tensor] | None:
+    return call.prox.masks if call.prox is not None else None

@@ -1,0 +1,282 @@
+"""The in-process engine's batched client executor (run-config ``client-batch``): a run with
+``client-batch = 8`` is the run with ``client-batch = 1`` (the unchanged one-at-a-time path),
+method by method: final weights, metrics rows, every train reply on the wire and the
+clients' stored state agree within float tolerance (masks, records and byte counts exactly).
+
+Tolerance: 1e-5 relative + 1e-6 absolute on floats. The kernel's vectorised sums can differ
+from one client's in the last bits (docs/batched.md); these tiny MLPs came out bit-identical.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import Message
+from torch import nn
+
+from client_app import app as client_app
+from fedapp.config import ConfigError
+from fedapp.engine.batched_executor import FitCall, train_parked
+from fedapp.engine.client_batch_size import auto_client_batch, client_bytes
+from fedapp.engine.local_grid import LocalGrid
+from fedapp.engine.run_local import full_config
+from fedapp.methods.registry import resolve
+from fedapp.server import serve
+from fedapp.train import TrainSettings
+from fedapp.wire import from_record
+from tests.run_rows import outcome_rows
+
+RTOL, ATOL = 1e-5, 1e-6
+
+BASE = {
+    "dataset": "digits",
+    "num-clients": 6,
+    "num-server-rounds": 2,
+    "mlp-hidden": "16,12",
+    "lr": 0.1,
+    "energy-meter": "none",
+    "device": "cpu",
+}
+
+FEDPART_SHORT = {"warmup-rounds": 1, "rounds-per-layer": 1, "cycles": 1, "full-rounds-between-cycles": 0}
+
+# method -> overrides; each trains through ClientPolicy.fit / train.trainer() (FedPeWS also in warm-up rounds)
+METHODS: dict[str, dict[str, Any]] = {
+    "fedavg": {},
+    "fedavg-momentum-decay": {"momentum": 0.9, "weight-decay": 0.001},
+    "fedavg-adam-steps": {"optimizer": "adam", "lr": 0.01, "local-steps": 7},
+    "fedprox": {"method": "fedprox", "proximal-mu": 0.5},
+    "fedpews": {"method": "fedpews", "num-server-rounds": 3, "warmup-fraction": 0.5, "diversity-weight": 1.0},
+    "fedpews-shared-activation-prox-momentum": {
+        "method": "fedpews",
+        "num-server-rounds": 2,
+        "warmup-fraction": 0.5,
+        "mask-draw": "shared",
+        "mask-impl": "activation",
+        "base": "fedprox",
+        "proximal-mu": 0.5,
+        "momentum": 0.9,
+        "mask-extent": "rows",
+        "ste": "identity",
+    },
+    "fedpews-adam-probs": {
+        "method": "fedpews",
+        "num-server-rounds": 2,
+        "warmup-fraction": 0.5,
+        "optimizer": "adam",
+        "lr": 0.01,
+        "diversity-ref": "probs",
+        "mask-draw": "deterministic-upload",
+    },
+    "fedpews-fixed": {"method": "fedpews-fixed", "num-server-rounds": 3, "warmup-fraction": 0.5},
+    "fedspu": {"method": "fedspu", "tiers": "0.5,1.0"},
+    "fedselect": {"method": "fedselect", "local-alt-epochs": 2, "num-server-rounds": 3},
+    "fedper": {"method": "fedper"},
+    # FedPart's shortest schedule on this MLP (3 layer groups): 1 warm-up round + 1 round per group
+    "fedpart": {"method": "fedpart", "num-server-rounds": 4, **FEDPART_SHORT},
+    # BatchNorm in train mode: per-client statistics, chunks only of clients with equal minibatch sizes
+    "fedavg-cnn-bn": {"model": "cnn-bn", "partition": "iid", "num-clients": 4},
+}
+
+
+class RecordingGrid(LocalGrid):
+    """LocalGrid that keeps every train message and its reply."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.replies: list[tuple[Message, Message]] = []
+
+    def send_and_receive(self, messages: Any, *, timeout: float | None = None) -> list[Message]:
+        messages = list(messages)
+        replies = list(super().send_and_receive(messages, timeout=timeout))
+        self.replies += [(m, r) for m, r in zip(messages, replies, strict=True) if m.metadata.message_type == "train"]
+        return replies
+
+
+def run(tmp_path: Path, over: dict[str, Any], client_batch: str) -> tuple[Path, RecordingGrid]:
+    raw = full_config({**BASE, **over, "client-batch": client_batch, "run-dir": str(tmp_path / f"cb{client_batch}")})
+    grid = RecordingGrid(client_app, raw, int(raw["num-clients"]))
+    try:
+        return serve(grid, raw, discovery_timeout=5.0), grid
+    finally:
+        grid.close()
+
+
+def assert_close(a: Any, b: Any, where: str) -> None:
+    """Equal structure and exact non-floats; floats within RTOL/ATOL."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), f"{where}: keys {sorted(a)} != {sorted(b)}"
+        for k in a:
+            assert_close(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list | tuple):
+        assert isinstance(b, list | tuple) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_close(x, y, f"{where}[{i}]")
+    elif isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape, f"{where}: {a.dtype}{a.shape} vs {b.dtype}{b.shape}"
+        if np.issubdtype(a.dtype, np.floating):
+            np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL, err_msg=where)
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=where)
+    elif isinstance(a, float) and not isinstance(b, bool):
+        assert b == pytest.approx(a, rel=RTOL, abs=ATOL), f"{where}: {a} != {b}"
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def wire_view(grid: RecordingGrid) -> list[dict[str, Any]]:
+    """Every train reply in delivery order: its records' arrays and byte counts, its metrics
+    without timing keys."""
+    out = []
+    for msg, reply in grid.replies:
+        assert not reply.has_error(), reply.error
+        content = reply.content
+        records = {name: from_record(rec) for name, rec in content.array_records.items()}
+        nbytes = {name: rec.count_bytes() for name, rec in content.array_records.items()}
+        metrics = {k: v for k, v in dict(content["metrics"]).items() if not (k.startswith("phase-") or k == "train-seconds")}  # type: ignore[arg-type]
+        out.append({"to": msg.metadata.dst_node_id, "records": records, "bytes": nbytes, "metrics": metrics})
+    return out
+
+
+def client_state(grid: RecordingGrid) -> dict[int, dict[str, dict[str, np.ndarray]]]:
+    return {node: {name: from_record(rec) for name, rec in ctx.state.array_records.items()} for node, ctx in grid.contexts.items()}
+
+
+@pytest.fixture
+def chunks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Sizes of the chunks the batched kernel trains (so a test sees that it was used)."""
+    import fedapp.engine.batched_executor as ex
+
+    sizes: list[int] = []
+    real, real_warmups = ex.train_clients, ex.train_warmups
+
+    def counting(model: nn.Module, works: Any, *args: Any, **kwargs: Any) -> Any:
+        sizes.append(len(works))
+        return real(model, works, *args, **kwargs)
+
+    def counting_warmups(works: Any) -> Any:
+        sizes.append(-len(works))  # negative: a FedPeWS warm-up chunk
+        return real_warmups(works)
+
+    monkeypatch.setattr(ex, "train_clients", counting)
+    monkeypatch.setattr(ex, "train_warmups", counting_warmups)
+    return sizes
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_client_batch_8_is_the_one_at_a_time_run(tmp_path: Path, name: str, chunks: list[int]) -> None:
+    one_dir, one = run(tmp_path, METHODS[name], "1")
+    assert chunks == []
+    many_dir, many = run(tmp_path, METHODS[name], "8")
+    assert chunks and max(chunks) > 1  # the kernel trained clients together
+    if METHODS[name].get("method") == "fedpews":
+        assert min(chunks) < -1  # and the warm-up round too
+    a, b = np.load(one_dir / "model.npz"), np.load(many_dir / "model.npz")
+    assert_close({k: a[k] for k in a.files}, {k: b[k] for k in b.files}, "model")
+    assert_close(outcome_rows(one_dir), outcome_rows(many_dir), "metrics rows")
+    assert_close(wire_view(one), wire_view(many), "train replies")
+    assert_close(client_state(one), client_state(many), "client state")
+    assert len(one.replies) == len(many.replies) > 0
+    for (_, r1), (_, r8) in zip(one.replies, many.replies, strict=True):  # the same bytes on the wire, record by record
+        assert {n: r.count_bytes() for n, r in r1.content.array_records.items()} == {
+            n: r.count_bytes() for n, r in r8.content.array_records.items()
+        }
+
+
+def test_the_batched_run_trains_in_chunks(tmp_path: Path, chunks: list[int]) -> None:
+    """With client-batch 8 the 6 clients of a FedAvg round go through the kernel as one chunk of 6;
+    with 4, as waves of 4 and 2 (at most client-batch messages in flight)."""
+    run(tmp_path, {}, "8")
+    assert chunks == [6, 6]
+    chunks.clear()
+    run(tmp_path, {"num-server-rounds": 1}, "4")
+    assert chunks == [4, 2]
+
+
+def test_feddrop_falls_back_to_one_at_a_time_and_says_so_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """FedDrop trains dropout sub-models with its own loop: the same run, one client at a time, one log line."""
+    over = {"method": "feddrop", "tiers": "0.5,1.0", "num-server-rounds": 3}
+    one_dir, one = run(tmp_path, over, "1")
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        many_dir, many = run(tmp_path, over, "8")
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("client-batch:")]
+    assert len(said) == 1 and "one client at a time" in said[0], said
+    a, b = np.load(one_dir / "model.npz"), np.load(many_dir / "model.npz")
+    assert all(np.array_equal(a[k], b[k]) for k in a.files)  # the same code ran: bit-identical
+    assert_close(wire_view(one), wire_view(many), "train replies")
+
+
+def test_disjoint_masks_stay_with_their_own_client() -> None:
+    """Two clients in one chunk with complementary gradient masks on a 2x2 linear model: one
+    plain-SGD step each, against the update computed by hand in numpy. A mask that leaked
+    from one client to the other would freeze the wrong entries."""
+    x = np.array([[1.0, 2.0], [0.5, -1.0]], np.float32)
+    y = np.array([0, 1])
+    w0 = np.array([[0.1, -0.2], [0.3, 0.4]], np.float32)
+    masks = [np.array([[True, False], [False, True]]), np.array([[False, True], [True, False]])]
+    settings = TrainSettings(epochs=1, steps=0, batch_size=2, lr=0.5)
+    calls = []
+    for m in masks:
+        model = nn.Linear(2, 2, bias=False)
+        with torch.no_grad():
+            model.weight.copy_(torch.from_numpy(w0))
+        gen = torch.Generator().manual_seed(0)
+        calls.append(FitCall(model, torch.from_numpy(x), torch.from_numpy(y), settings, gen, {"weight": torch.from_numpy(m)}, None, None))
+    train_parked(calls, print)
+    logits = x @ w0.T
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    grad = (p - np.eye(2)[y]).T @ x / 2  # d mean CE / dW (the batch order does not change a full-batch mean)
+    for call, m in zip(calls, masks, strict=True):
+        assert call.outcome is not None
+        got = call.outcome.state["weight"].numpy()
+        np.testing.assert_array_equal(got[~m], w0[~m])  # frozen entries keep their start values exactly
+        np.testing.assert_allclose(got[m], (w0 - 0.5 * grad)[m], rtol=1e-6, atol=1e-7)
+        assert not np.allclose(got[~m], (w0 - 0.5 * grad)[~m])  # the other client's entries did move there
+
+
+def test_client_batch_is_checked_before_training() -> None:
+    for bad in (0, -2, "big", "1.5"):
+        with pytest.raises(ConfigError, match=r"run-config key 'client-batch' = .* is not allowed: expected auto or a whole number >= 1"):
+            resolve(full_config({**BASE, "client-batch": bad}))
+    assert resolve(full_config({**BASE, "client-batch": 16}))[0].client_batch == "16"
+
+
+def test_auto_on_a_cpu_is_a_small_batch_for_mlps_and_one_for_convolutions() -> None:
+    assert auto_client_batch(full_config(BASE)) == (8, 8)  # 8 per chunk, in rounds of at least 8 clients
+    assert auto_client_batch(full_config({**BASE, "model": "cnn"}))[0] == 1
+
+
+def test_auto_on_a_cpu_trains_small_rounds_one_at_a_time(tmp_path: Path, chunks: list[int]) -> None:
+    run(tmp_path / "6", {"num-server-rounds": 1}, "auto")  # 6 clients: fewer than 8
+    assert chunks == []
+    run(tmp_path / "10", {"num-server-rounds": 1, "num-clients": 10}, "auto")  # 10 clients: waves of 8 and 2
+    assert chunks == [8, 2]
+
+
+def test_the_cuda_memory_estimate_counts_weights_outputs_and_data() -> None:
+    """Linear(2, 3) + ReLU, minibatch 4, 10 samples, momentum (1 state tensor), no FedProx:
+    weights 9 floats x (3 + 1) copies, outputs 2 x (12 + 12) floats, data 10 x (2 floats + 1 int64)."""
+    model = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
+    assert client_bytes(model, (2,), 4, 10, 1, False) == 9 * 4 * 4 + 2 * (12 + 12) * 4 + 10 * (2 * 4 + 8)
+    assert client_bytes(model, (2,), 4, 10, 2, True) - client_bytes(model, (2,), 4, 10, 1, False) == 2 * 9 * 4
+
+
+def test_the_equivalence_check_catches_a_mask_leak(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let FedPeWS-Fixed's warm-up into the kernel on purpose: its neuron masks are forward hooks
+    on each client's model, and the kernel's one template model would apply the first client's
+    hooks to the whole chunk. The comparison the equivalence test makes must then fail."""
+    import fedapp.engine.batched_executor as ex
+
+    over = METHODS["fedpews-fixed"]
+    one_dir, _ = run(tmp_path, over, "1")
+    monkeypatch.setattr(ex, "why_not_batched", lambda *args: None)  # forward hooks no longer keep a client out
+    leak_dir, _ = run(tmp_path, over, "8")
+    a, b = np.load(one_dir / "model.npz"), np.load(leak_dir / "model.npz")
+    with pytest.raises(AssertionError):
+        assert_close({k: a[k] for k in a.files}, {k: b[k] for k in b.files}, "model")
