@@ -150,7 +150,7 @@ class TrainTiming(LocalGrid):
 
 
 def engine_round(over: dict[str, Any], client_batch: int, run_dir: Path) -> tuple[float, float, dict[str, np.ndarray]]:
-    from client_app import app as client_app
+    from fedapp.client_app import app as client_app
 
     clear_caches()
     raw = full_config({**over, "client-batch": client_batch, "run-dir": str(run_dir), "overwrite": True})

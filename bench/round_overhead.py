@@ -46,7 +46,7 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from client_app import app as client_app  # noqa: E402
+from fedapp.client_app import app as client_app  # noqa: E402
 from fedapp.config import ConfigError  # noqa: E402
 from fedapp.data import client_data, dataset_for  # noqa: E402
 from fedapp.engine.local_grid import LocalGrid  # noqa: E402

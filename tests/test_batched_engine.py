@@ -19,7 +19,7 @@ import torch
 from flwr.app import Message
 from torch import nn
 
-from client_app import app as client_app
+from fedapp.client_app import app as client_app
 from fedapp.config import ConfigError
 from fedapp.engine.batched_executor import FitCall, train_parked
 from fedapp.engine.client_batch_size import auto_client_batch, client_bytes
