@@ -13,14 +13,16 @@ cache file that is missing, unreadable or not a valid split is computed again.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import importlib.metadata
 import importlib.util
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from fedapp.atomic import write_atomic
 
 TEST_SIZE = 497
 NUM_SAMPLES = 1797
@@ -67,17 +69,8 @@ def cached_split(y: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
     except (OSError, ValueError, KeyError):
         pass  # missing or damaged: compute it again
     train, test = sklearn_split(y, seed)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
-    except OSError:
-        return train, test  # a read-only home: the next process computes it too
-    try:
-        with os.fdopen(fd, "wb") as out:
-            np.savez(out, train=train, test=test)
-        os.replace(tmp, path)  # whole or not at all, also with many processes at once
-    except OSError:
-        Path(tmp).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # a read-only home: the next process computes it too
+        write_atomic(path, lambda out: np.savez(out, train=train, test=test))  # whole or not at all, with many processes at once
     return train, test
 
 
