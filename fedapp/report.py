@@ -25,7 +25,7 @@ from fedapp.methods.metric_names import CLIENT_ACTIVE_FRACTION, ES_ROUND_CODE
 from fedapp.report_plot import plot
 from fedapp.report_provenance import provenance
 from fedapp.report_sections import group_target, per_seed_table, warmup_table
-from fedapp.results import Run, read_config, read_metrics
+from fedapp.results import Run, read_config_and_provenance, read_metrics
 
 IGNORED_IN_GROUPING = {"seed", "run-dir", "resume", "overwrite", "discovery-timeout", "provenance"}  # how and where a run started
 
@@ -37,7 +37,11 @@ TABLE_NOTE = (
 
 
 def load_runs(paths: Sequence[str | Path]) -> list[Run]:
-    return [Run(Path(p), read_config(p), read_metrics(p, energy=True)) for p in paths]
+    runs = []
+    for p in paths:
+        config, provenance = read_config_and_provenance(p)
+        runs.append(Run(Path(p), config, read_metrics(p, energy=True), provenance))
+    return runs
 
 
 def base_name(run: Run) -> str:

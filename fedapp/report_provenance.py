@@ -32,11 +32,9 @@ def differing_keys(groups: dict[str, list[Run]], ignore: frozenset[str]) -> list
 def code_versions(runs: list[Run]) -> list[str]:
     """The code versions recorded in config.json's ``provenance`` (fedapp.provenance): the git
     commit of the source (marked where tracked files had local changes) and fedapp's version."""
-    from fedapp.results import read_provenance
-
     found: set[str] = set()
     for run in runs:
-        prov = read_provenance(run.path)
+        prov = run.provenance
         git: Any = prov.get("git")
         if isinstance(git, dict) and git.get("commit"):
             found.add(f"git {str(git['commit'])[:12]}" + (" with local changes" if git.get("dirty") else ""))

@@ -102,12 +102,17 @@ def parse_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def read_config(run_dir: str | Path) -> dict[str, Any]:
-    """The resolved run-config (without the provenance record)."""
+def read_config_and_provenance(run_dir: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """config.json read once: the resolved run-config and, apart, its provenance record."""
     path = Path(run_dir) / "config.json"
     config = json.loads(path.read_text()) if path.exists() else {}
-    config.pop(PROVENANCE, None)
-    return config
+    found = config.pop(PROVENANCE, {})
+    return config, dict(found) if isinstance(found, dict) else {}
+
+
+def read_config(run_dir: str | Path) -> dict[str, Any]:
+    """The resolved run-config (without the provenance record)."""
+    return read_config_and_provenance(run_dir)[0]
 
 
 def read_provenance(run_dir: str | Path) -> dict[str, Any]:
@@ -127,6 +132,7 @@ class Run:
     path: Path
     config: dict[str, Any]
     rows: list[dict[str, Any]]
+    provenance: dict[str, Any] = dataclasses.field(default_factory=dict)  # config.json's record of what produced it
 
     @property
     def label(self) -> str:
