@@ -1,5 +1,5 @@
-"""What a run prints besides its rounds: one short line for the clients' energy meters
-(the full text of each is in the run's meters.json), and Ray's start-up FutureWarning
+"""What a run prints besides its rounds: one short line each for the clients' energy meters
+and training devices (the full text is in the run's meters.json and devices.json), and Ray's start-up FutureWarning
 about accelerator variables silenced (fedapp leaves that Ray behaviour as it is)."""
 
 from __future__ import annotations
@@ -28,21 +28,32 @@ def short_meter(text: str, limit: int = 80) -> str:
     return head if len(head) <= limit else head[: limit - 1] + "…"
 
 
-def meters_line(meters: Mapping[str, str]) -> str:
-    """One line for every client's meter: ``energy meter on all 10 clients: ...``."""
+def clients_line(what: str, facts: Mapping[str, str], details: str) -> str:
+    """One line for a per-client fact, clients grouped by value: ``device on all 10 clients:
+    cpu (details: devices.json)``, or ``devices: clients 0-3: cuda:0; clients 4-7: cpu (...)``."""
     by_text: dict[str, list[int]] = {}
-    for pid, text in meters.items():
-        by_text.setdefault(short_meter(text), []).append(int(pid))
+    for pid, text in facts.items():
+        by_text.setdefault(text, []).append(int(pid))
     if len(by_text) == 1:
         ((text, pids),) = by_text.items()
-        return f"energy meter on all {len(pids)} clients: {text} (details: meters.json)"
+        return f"{what} on all {len(pids)} clients: {text} (details: {details})"
     parts = [f"clients {ranges(p)}: {t}" for t, p in sorted(by_text.items(), key=lambda tp: min(tp[1]))]
-    return "energy meters: " + "; ".join(parts) + " (details: meters.json)"
+    return f"{what}s: " + "; ".join(parts) + f" (details: {details})"
+
+
+def meters_line(meters: Mapping[str, str]) -> str:
+    """One line for every client's meter: ``energy meter on all 10 clients: ...``."""
+    return clients_line("energy meter", {pid: short_meter(text) for pid, text in meters.items()}, "meters.json")
 
 
 def log_meters(meters: Mapping[str, str]) -> None:
     if meters:
         log.info("%s", meters_line(meters))
+
+
+def log_devices(devices: Mapping[str, str]) -> None:
+    if devices:
+        log.info("%s", clients_line("device", devices, "devices.json"))
 
 
 def quiet_ray() -> None:

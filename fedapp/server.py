@@ -26,7 +26,7 @@ from fedapp.data import Dataset, check_partition, dataset_for
 from fedapp.device import describe, host_arrays, load_host_arrays, process_device
 from fedapp.energy.ledger import Ledger
 from fedapp.evaluate import evaluate
-from fedapp.logs import log_meters
+from fedapp.logs import log_devices, log_meters
 from fedapp.methods.base import Method
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
@@ -111,8 +111,7 @@ def serve(
             (run_dir / rundir.FAILURE).unlink()  # an earlier attempt's reason no longer applies
         devices = {str(p): str(f.get("device", "unknown")) for p, f in roster.info.items()}
         writer.write_json("devices.json", {"server": describe(device), "clients": devices})
-        for text in sorted(set(devices.values())):
-            log.info("clients %s train on %s", ",".join(p for p, d in devices.items() if d == text), text)
+        log_devices(devices)
         try:
             rounds(grid, cfg, method, params, ds, model, initial, roster, writer, ckpt, report or RoundLog(cfg.num_server_rounds), sink)
         finally:

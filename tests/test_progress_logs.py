@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fedapp.logs import meters_line, ranges, short_meter
+from fedapp.logs import clients_line, meters_line, ranges, short_meter
 from fedapp.progress import RoundLog, duration, time_left
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +33,15 @@ def test_meters_of_every_client_make_one_short_line() -> None:
         "energy meters: clients 0,2: energy-meter=rapl: RAPL package-0; "
         "clients 1: energy-meter=auto: no meter on this device, recording time only (details: meters.json)"
     )
+
+
+def test_devices_of_every_client_make_one_short_line() -> None:
+    assert clients_line("device", {str(p): "cpu" for p in range(100)}, "devices.json") == (
+        "device on all 100 clients: cpu (details: devices.json)"
+    )
+    gpu = "cuda:0 (NVIDIA H100 80GB HBM3)"
+    mixed = {"0": gpu, "1": gpu, "2": "cpu", "3": gpu}
+    assert clients_line("device", mixed, "devices.json") == f"devices: clients 0-1,3: {gpu}; clients 2: cpu (details: devices.json)"
 
 
 def test_round_line_counts_time_left_from_the_median_round(caplog: pytest.LogCaptureFixture) -> None:
