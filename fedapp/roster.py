@@ -66,9 +66,10 @@ class Roster:
         self.nodes: dict[int, int] = {}  # partition id -> node id
         self.info: dict[int, dict[str, Any]] = {}  # partition id -> facts the node reported
         self.strangers: set[int] = set()  # answered, but with a partition this run does not use, or unusably
-        self.discovered = False  # every partition had a node once: later meter errors keep a node out, not the run
+        # every partition had a node once: from then on a meter error keeps a node out (not the
+        # run), and a node's num-partitions is no longer checked against num-clients
+        self.discovered = False
         self.waiting: dict[int, dict[str, Any]] = {}  # node id -> facts, while the size is not known yet
-        self.discovering = False
 
     def size_from(self, node: int, facts: dict[str, Any]) -> None:
         """Learn or check the federation's size from a node's ``num-partitions``."""
@@ -79,7 +80,7 @@ class Roster:
         if not self.num_clients:
             self.num_clients = n
             log.info("num-clients = %d (num-partitions reported by the nodes)", n)
-        elif n != self.num_clients and self.discovering:
+        elif n != self.num_clients and not self.discovered:
             whose = "run-config key 'num-clients' =" if self.stated else "the other nodes report num-partitions ="
             raise ConfigError(
                 f"{whose} {self.num_clients}, but node {node} reports num-partitions = {n}: "
@@ -135,28 +136,24 @@ class Roster:
         """Wait until every partition 0..num_clients-1 has a node, or fail naming what is missing
         (at once where a node's num-partitions contradicts num-clients)."""
         deadline = time.monotonic() + timeout
-        self.discovering = True
-        try:
-            while True:
-                self.refresh(max(1.0, deadline - time.monotonic()))
-                wanted = [p for p in range(self.num_clients) if p not in self.nodes]
-                if self.num_clients and not wanted:
-                    self.discovered = True
-                    return
-                if time.monotonic() > deadline:
-                    if not self.num_clients:
-                        raise ConfigError(
-                            f"run-config key 'num-clients' = 0 takes the size from the nodes' num-partitions, but after "
-                            f"{timeout:.0f}s (discovery-timeout) no node reported one ({len(self.waiting)} answered); set num-clients"
-                        )
+        while True:
+            self.refresh(max(1.0, deadline - time.monotonic()))
+            wanted = [p for p in range(self.num_clients) if p not in self.nodes]
+            if self.num_clients and not wanted:
+                self.discovered = True
+                return
+            if time.monotonic() > deadline:
+                if not self.num_clients:
                     raise ConfigError(
-                        f"run-config key 'num-clients' = {self.num_clients}, but after {timeout:.0f}s (discovery-timeout) no node holds "
-                        f"partition-id(s) {wanted[:10]} ({len(self.nodes)} node(s) found). In simulation pass "
-                        f'--federation-config "num-supernodes={self.num_clients}".'
+                        f"run-config key 'num-clients' = 0 takes the size from the nodes' num-partitions, but after "
+                        f"{timeout:.0f}s (discovery-timeout) no node reported one ({len(self.waiting)} answered); set num-clients"
                     )
-                time.sleep(0.5)
-        finally:
-            self.discovering = False
+                raise ConfigError(
+                    f"run-config key 'num-clients' = {self.num_clients}, but after {timeout:.0f}s (discovery-timeout) no node holds "
+                    f"partition-id(s) {wanted[:10]} ({len(self.nodes)} node(s) found). In simulation pass "
+                    f'--federation-config "num-supernodes={self.num_clients}".'
+                )
+            time.sleep(0.5)
 
     def refresh(self, timeout: float) -> dict[int, int]:
         """Forget partitions whose node went offline; ask nodes never seen before who they are."""
