@@ -113,7 +113,8 @@ def serve(
         writer.write_json("devices.json", {"server": describe(device), "clients": devices})
         log_devices(devices)
         try:
-            rounds(grid, cfg, method, params, ds, model, initial, roster, writer, ckpt, report or RoundLog(cfg.num_server_rounds), sink)
+            report = report or RoundLog(cfg.num_server_rounds)
+            rounds(grid, cfg, method, params, ds, model, initial, roster, writer, ckpt, config, report, sink)
         finally:
             if sink is not None:
                 sink.close()
@@ -168,9 +169,10 @@ def round_row(rnd: int, acc: float, loss: float, result: RoundResult, evaluated:
 def rounds(
     grid: Grid, cfg: RunConfig, method: Method, params: Any, ds: Dataset, model: torch.nn.Module,
     initial: dict[str, np.ndarray], roster: Roster, writer: RunWriter, ckpt: checkpoint.Checkpoint | None,
-    report: RoundReporter, sink: TensorBoardSink | None,
+    config: dict[str, Any], report: RoundReporter, sink: TensorBoardSink | None,
 ) -> None:  # fmt: skip
-    """The round loop proper, from the first round not yet checkpointed."""
+    """The round loop proper, from the first round not yet checkpointed; ``config`` is the
+    resolved run-config every checkpoint records."""
     meters = {str(p): str(f.get("energy-meter", "unknown")) for p, f in roster.info.items()}
     writer.write_json("meters.json", meters)
     log_meters(meters)
@@ -182,7 +184,6 @@ def rounds(
         arrays, first, token, done = ckpt.arrays, ckpt.round + 1, ckpt.token, ckpt.finished
         policy.load_state(ckpt.policy)
         strategy.rng.setstate(ckpt.rng)
-    config = resolved_config(cfg, params)
     x_test, y_test = torch.from_numpy(ds.x_test), torch.from_numpy(ds.y_test)
     record = wire.to_record(arrays)
     run_config = ConfigRecord({"run-token": token, "run-dir": cfg.run_dir})
