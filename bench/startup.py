@@ -19,6 +19,11 @@ process's cold path are measured too, each in a fresh interpreter (``--cold-only
 skips the `flwr run` part): a client worker's (import the ClientApp, answer discovery
 for fedapp, handle the first train message) and the server's (import the ServerApp and
 get ready for round 1: fedapp's run-config, data, split and model, up to discovery).
+fedapp keeps the digits split and Flower Datasets' partitions in an index cache
+(``FEDAPP_CACHE_DIR``), which the server fills before it contacts any client: so the
+server is measured with an empty cache (the first run of a split on a machine) and with
+it filled (every later run), the worker with the cache the server filled. The `flwr run`
+part uses one cache for the whole bench, filled by the cold paths first: later runs.
 
     python bench/startup.py [--clients 10] [--repeats 1] [--fedapp DIR ...] [--in-place] [--cold-only] [--cold-repeats 3] [--keep]
 """
@@ -217,23 +222,28 @@ np.savez({out!r}, **{{k: v.numpy() for k, v in build_model(cfg, ds.in_shape, ds.
 }
 
 
-def python(code: str, cwd: Path) -> str:
-    env = {**os.environ, "PYTHONPATH": f"{cwd}{os.pathsep}{ROOT}", "FLWR_TELEMETRY_ENABLED": "0"}
+def python(code: str, cwd: Path, cache: Path) -> str:
+    env = {**os.environ, "PYTHONPATH": f"{cwd}{os.pathsep}{ROOT}", "FLWR_TELEMETRY_ENABLED": "0", "FEDAPP_CACHE_DIR": str(cache)}
     out = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         sys.exit(f"cold path failed in {cwd}:\n{out.stderr[-3000:]}")
     return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
 
 
-def cold_seconds(kind: str, app: Path, work: Path, clients: int) -> tuple[float, float]:
-    """CPU seconds of (a client worker's, the server's) cold path, each in a fresh interpreter."""
+def cold_seconds(kind: str, app: Path, work: Path, clients: int, cache: Path) -> tuple[float, float, float]:
+    """CPU seconds of a client worker's cold path and of the server's with ``cache`` (the index
+    cache) empty and then filled, each in a fresh interpreter."""
     work.mkdir(parents=True, exist_ok=True)
     raw = {"num-clients": clients, "num-server-rounds": 2, "run-dir": str(work / "run"), "energy-meter": "auto"}
     arrays = str(work / "initial.npz")
-    python(INITIAL[kind].format(raw=raw, out=arrays), app)
-    client = float(python(CLIENT_COLD[kind].format(raw=raw, arrays=arrays, clients=clients), app))
-    server = float(python(SERVER_COLD[kind].format(raw=raw), app))
-    return client, server
+    python(INITIAL[kind].format(raw=raw, out=arrays), app, work / "initial-cache")
+    empty = work / "cache"
+    server_first = float(python(SERVER_COLD[kind].format(raw=raw), app, empty))
+    client = float(python(CLIENT_COLD[kind].format(raw=raw, arrays=arrays, clients=clients), app, empty))
+    server_later = float(python(SERVER_COLD[kind].format(raw=raw), app, empty))
+    if empty.exists():  # the bare app keeps no cache
+        shutil.copytree(empty, cache, dirs_exist_ok=True)
+    return client, server_first, server_later
 
 
 def write_bare_app(folder: Path) -> Path:
@@ -268,7 +278,7 @@ def first_round_done(kind: str, out: Path) -> bool:
     return metrics.exists() and metrics.read_text().endswith("\n")
 
 
-def launch(kind: str, app: Path, work: Path, clients: int) -> tuple[float, float]:
+def launch(kind: str, app: Path, work: Path, clients: int, cache: Path) -> tuple[float, float]:
     """`flwr run` ``app``; returns (seconds to the end of round 1, seconds to exit)."""
     home = work / "flwr-home"
     out = work / "out"
@@ -279,6 +289,7 @@ def launch(kind: str, app: Path, work: Path, clients: int) -> tuple[float, float
         "FLWR_HOME": str(home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_TELEMETRY_ENABLED": "0",
         "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_DISABLE_USAGE_STATS": "1",
         "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()), "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
+        "FEDAPP_CACHE_DIR": str(cache),
     }  # fmt: skip
     if kind == "bare":
         config = {"num-server-rounds": 2, "marker": str(out / "marker")}
@@ -329,27 +340,29 @@ def main() -> None:
             apps[name] = ("fedapp", copy_app(folder.resolve(), tmp / f"fedapp-{i}"))
         if args.in_place:
             apps["fedapp in place"] = ("fedapp", ROOT)
-        samples: dict[str, list[tuple[float, float]]] = {name: [] for name in apps}
+        cache = tmp / "index-cache"
+        samples: dict[str, list[tuple[float, float, float]]] = {name: [] for name in apps}
         for rep in range(args.cold_repeats):  # interleaved, so a load swing hits every app
             for name, (kind, app) in apps.items():
                 folder = tmp / "cold" / f"{name.replace(':', '-').replace(' ', '-')}-{rep}"
-                samples[name].append(cold_seconds(kind, app, folder, args.clients))
-        cold = {n: (statistics.median(c for c, _ in v), statistics.median(s for _, s in v)) for n, v in samples.items()}
+                samples[name].append(cold_seconds(kind, app, folder, args.clients, cache))
+        cold = {n: tuple(statistics.median(c[i] for c in v) for i in range(3)) for n, v in samples.items()}
         print(f"cold paths, CPU seconds in a fresh interpreter ({args.clients} clients; median of {args.cold_repeats})")
-        print(f"{'app':<24}{'client worker':>14}{'server':>10}")
-        for name, (c, srv) in cold.items():
-            print(f"{name:<24}{c:>14.2f}{srv:>10.2f}")
+        print(f"{'app':<24}{'client worker':>14}{'server, first run':>19}{'server, later runs':>20}")
+        for name, (c, first, later) in cold.items():
+            print(f"{name:<24}{c:>14.2f}{first:>19.2f}{later:>20.2f}")
+        bare_cold = cold["bare Flower"]
         for name in cold:
             if name != "bare Flower":
-                dc, ds = cold[name][0] - cold["bare Flower"][0], cold[name][1] - cold["bare Flower"][1]
-                print(f"{name}: {dc:+.2f} s per client worker, {ds:+.2f} s on the server against the bare app")
+                dc, df, dl = (cold[name][i] - bare_cold[i] for i in range(3))
+                print(f"{name}: {dc:+.2f} s per client worker, {df:+.2f} s on the server on a split's first run, {dl:+.2f} s later")
         if args.cold_only:
             return
         fab = {name: fab_seconds(app) for name, (_, app) in apps.items()}
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in apps}
         for rep in range(args.repeats):
             for name, (kind, app) in apps.items():
-                times[name].append(launch(kind, app, tmp / f"{name.replace(' ', '-').replace(':', '-')}-{rep}", args.clients))
+                times[name].append(launch(kind, app, tmp / f"{name.replace(' ', '-').replace(':', '-')}-{rep}", args.clients, cache))
         print(f"\nflwr run: {args.clients} SuperNodes (1 CPU each), 2 rounds, {args.repeats} run(s) per app (median)")
         print(f"{'app':<24}{'FAB build s':>12}{'to round 1 s':>14}{'total s':>10}")
         med = {n: (statistics.median(t[0] for t in ts), statistics.median(t[1] for t in ts)) for n, ts in times.items()}

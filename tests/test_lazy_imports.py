@@ -78,7 +78,7 @@ with contextlib.redirect_stdout(io.StringIO()):
     assert (tmp_path / "report" / "accuracy.png").stat().st_size > 0
 
 
-def test_a_partition_skips_flower_datasets_plotting_and_matches_the_usual_import() -> None:
+def test_a_partition_skips_flower_datasets_plotting_and_matches_the_usual_import(tmp_path: Path) -> None:
     labels = "np.random.default_rng(3).integers(0, 10, 1200)"
     split = f"""
 import numpy as np
@@ -92,15 +92,14 @@ import flwr_datasets
 assert flwr_datasets.FederatedDataset and flwr_datasets.__version__  # the package still works in full after
 print(json.dumps(plotting))
 """
-    out = subprocess.run([sys.executable, "-c", plotting], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert json.loads(out) == []
-    lazy = subprocess.run(
-        [sys.executable, "-c", split + "\nprint([p.tolist() for p in parts])"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout
-    usual = subprocess.run(
-        [sys.executable, "-c", "import flwr_datasets.partitioner\n" + split + "\nprint([p.tolist() for p in parts])"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+
+    def python(code: str, cache: str) -> str:  # each with its own empty index cache: the split is computed
+        env = {"PATH": "/usr/bin:/bin", "FEDAPP_CACHE_DIR": str(tmp_path / cache)}
+        return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
+
+    assert json.loads(python(plotting, "plotting")) == []
+    lazy = python(split + "\nprint([p.tolist() for p in parts])", "lazy")
+    usual = python("import flwr_datasets.partitioner\n" + split + "\nprint([p.tolist() for p in parts])", "usual")
     assert lazy == usual and len(json.loads(lazy)) == 8
 
 

@@ -5,34 +5,24 @@ Importing scikit-learn (with scipy) costs a process 1.5-2.5 s, paid in every sim
 worker. So the pixels are read from the CSV file scikit-learn bundles, the way
 ``load_digits`` reads it, without importing the package; and the stratified split
 (``train_test_split(..., stratify=y, random_state=seed)``) is computed by scikit-learn
-once per (scikit-learn version, seed) and kept as index arrays in a cache folder
-(``FEDAPP_CACHE_DIR``, default ``$XDG_CACHE_HOME/fedapp`` or ``~/.cache/fedapp``). Every
-later process reads 1,797 indices instead. The result is the same arrays either way; a
-cache file that is missing, unreadable or not a valid split is computed again.
+once per (scikit-learn version, seed) and kept as index arrays in the index cache
+(fedapp.data.index_cache). Every later process reads 1,797 indices instead. The result is
+the same arrays either way; a cache file that is not a valid split is computed again.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import importlib.metadata
 import importlib.util
-import os
 from pathlib import Path
 
 import numpy as np
 
-from fedapp.atomic import write_atomic
+from fedapp.data.index_cache import cached_indices
 
 TEST_SIZE = 497
 NUM_SAMPLES = 1797
-
-
-def cache_dir() -> Path:
-    own = os.environ.get("FEDAPP_CACHE_DIR")
-    if own:
-        return Path(own)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fedapp"
 
 
 def bundled_digits() -> tuple[np.ndarray, np.ndarray]:
@@ -60,18 +50,14 @@ def valid_split(train: np.ndarray, test: np.ndarray) -> bool:
 
 def cached_split(y: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """The stratified (train, test) indices for ``seed``, from the cache or computed and stored."""
-    path = cache_dir() / f"digits-split-sklearn{importlib.metadata.version('scikit-learn')}-test{TEST_SIZE}-seed{seed}.npz"
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            train, test = f["train"], f["test"]
-        if train.dtype.kind == "i" and test.dtype.kind == "i" and valid_split(train, test):
-            return train, test
-    except (OSError, ValueError, KeyError):
-        pass  # missing or damaged: compute it again
-    train, test = sklearn_split(y, seed)
-    with contextlib.suppress(OSError):  # a read-only home: the next process computes it too
-        write_atomic(path, lambda out: np.savez(out, train=train, test=test))  # whole or not at all, with many processes at once
-    return train, test
+
+    def compute() -> dict[str, np.ndarray]:
+        train, test = sklearn_split(y, seed)
+        return {"train": train, "test": test}
+
+    name = f"digits-split-sklearn{importlib.metadata.version('scikit-learn')}-test{TEST_SIZE}-seed{seed}.npz"
+    split = cached_indices(name, compute, lambda a: a.keys() == {"train", "test"} and valid_split(a["train"], a["test"]))
+    return split["train"], split["test"]
 
 
 def digits(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

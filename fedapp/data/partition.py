@@ -1,7 +1,9 @@
 """Split a training set's indices over clients.
 
 iid, dirichlet and pathological use Flower Datasets' partitioners on an in-memory
-label column (offline). Explicit class groups ("0,1|2,3") are ours: Flower Datasets
+label column (offline); their result is kept in the index cache (fedapp.data.index_cache),
+keyed by the labels, the split's keys and the versions that compute it, so that a
+simulation worker reads it instead of importing Hugging Face ``datasets``. Explicit class groups ("0,1|2,3") are ours: Flower Datasets
 has no partitioner that takes a fixed class list per client. A class named in several
 groups is split evenly between those clients. "source" gives client i the samples of
 source i of a mixed-source dataset (the dataset's per-sample ``groups``). "shard"
@@ -11,12 +13,17 @@ set, so it has its own function returning train, rest-of-shard and test indices.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from fedapp.config import PARTITION_RE, ConfigError
+from fedapp.data.index_cache import cached_indices
+
+FLOWER_KINDS = ("iid", "dirichlet", "pathological")
 
 
 def explicit_groups(spec: str, labels: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
@@ -64,35 +71,63 @@ def partition_indices(
 ) -> list[np.ndarray]:
     """Indices into ``labels`` for each client (disjoint). ``groups`` (per-sample source ids)
     is what partition = "source" splits by."""
-    from fedapp.data.flower_datasets import partitioner_module
-
-    fds = partitioner_module()
-
     if kind == "source":
         return by_source(groups, num_clients)
     if num_clients > labels.size:
         raise ConfigError(f"run-config key 'num-clients' = {num_clients} exceeds the {labels.size} training samples")
+    if kind == "dirichlet" and min_partition_size * num_clients > labels.size:
+        raise ConfigError(
+            f"run-config key 'min-partition-size' = {min_partition_size} cannot hold for {num_clients} clients over {labels.size} samples"
+        )
+    if kind == "pathological":
+        n_classes = np.unique(labels).size
+        if classes_per_client > n_classes:
+            raise ConfigError(f"run-config key 'classes-per-client' = {classes_per_client} exceeds the {n_classes} classes")
+    if kind in FLOWER_KINDS:
+        keys = (kind, num_clients, seed, alpha, classes_per_client, min_partition_size)
+        return cached_flower_partition(keys, labels)
+    if PARTITION_RE.match(kind):
+        return explicit_groups(kind, labels, num_clients, seed)
+    raise ConfigError(f"run-config key 'partition' = {kind!r} is not supported for this dataset")
+
+
+def cached_flower_partition(keys: tuple[str, int, int, float, int, int], labels: np.ndarray) -> list[np.ndarray]:
+    """``flower_partition``'s result from the index cache, or computed and stored."""
+    kind, num_clients, seed = keys[:3]
+    digest = hashlib.sha256(repr((keys, labels.dtype.str, labels.shape)).encode())
+    digest.update(np.ascontiguousarray(labels).tobytes())
+    for package in ("flwr-datasets", "numpy"):  # the partitioners' code and their random draws
+        digest.update(f"{package}={importlib.metadata.version(package)}".encode())
+    names = [f"client{i}" for i in range(num_clients)]
+
+    def valid(arrays: dict[str, np.ndarray]) -> bool:
+        if list(arrays) != names:
+            return False
+        both = np.concatenate(list(arrays.values()))
+        return bool(both.size == 0 or (both.min() >= 0 and both.max() < labels.size and np.unique(both).size == both.size))
+
+    def compute() -> dict[str, np.ndarray]:
+        return dict(zip(names, flower_partition(keys, labels), strict=True))
+
+    name = f"partition-{kind}-n{num_clients}-seed{seed}-{digest.hexdigest()[:24]}.npz"
+    return list(cached_indices(name, compute, valid).values())
+
+
+def flower_partition(keys: tuple[str, int, int, float, int, int], labels: np.ndarray) -> list[np.ndarray]:
+    """Flower Datasets' iid, dirichlet or pathological partitioner over ``labels``."""
+    from fedapp.data.flower_datasets import partitioner_module
+
+    fds = partitioner_module()
+    kind, num_clients, seed, alpha, classes_per_client, min_partition_size = keys
     if kind == "iid":
         order = np.random.default_rng(seed).permutation(labels.size)
         return _flower_partition(fds.IidPartitioner(num_clients), labels, order, num_clients)
     ordered = np.arange(labels.size)
     if kind == "dirichlet":
-        if min_partition_size * num_clients > labels.size:
-            raise ConfigError(
-                f"run-config key 'min-partition-size' = {min_partition_size} cannot hold for {num_clients} clients "
-                f"over {labels.size} samples"
-            )
         p = fds.DirichletPartitioner(num_clients, "label", alpha, min_partition_size=min_partition_size, seed=seed)
         return _flower_partition(p, labels, ordered, num_clients)
-    if kind == "pathological":
-        n_classes = np.unique(labels).size
-        if classes_per_client > n_classes:
-            raise ConfigError(f"run-config key 'classes-per-client' = {classes_per_client} exceeds the {n_classes} classes")
-        p = fds.PathologicalPartitioner(num_clients, "label", classes_per_client, class_assignment_mode="random", seed=seed)
-        return _flower_partition(p, labels, ordered, num_clients)
-    if PARTITION_RE.match(kind):
-        return explicit_groups(kind, labels, num_clients, seed)
-    raise ConfigError(f"run-config key 'partition' = {kind!r} is not supported for this dataset")
+    p = fds.PathologicalPartitioner(num_clients, "label", classes_per_client, class_assignment_mode="random", seed=seed)
+    return _flower_partition(p, labels, ordered, num_clients)
 
 
 def by_source(groups: np.ndarray | None, num_clients: int) -> list[np.ndarray]:
