@@ -233,7 +233,12 @@ class RunConfig:
 
     @property
     def uses_prox(self) -> bool:
-        return self.method == "fedprox" or self.base == "fedprox"
+        return uses_prox(self.method, self.base)
+
+
+def uses_prox(method: str, base: str) -> bool:
+    """Whether a run adds FedProx's proximal term, i.e. reads ``proximal-mu``."""
+    return method == "fedprox" or base == "fedprox"
 
 
 T = TypeVar("T")

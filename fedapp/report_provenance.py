@@ -1,5 +1,6 @@
 """The report's provenance section: which run folders each group holds, the run-config
-keys on which the groups differ, and the code version where the runs recorded one.
+keys on which the groups differ (a key a group's method never reads shows as —), and the
+code version where the runs recorded one.
 
 Paths are shown relative to the runs' common folder (named by its last part only), so a
 report committed to the docs names no machine's absolute paths.
@@ -10,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from fedapp.config import uses_prox
 
 if TYPE_CHECKING:
     from fedapp.results import Run
@@ -22,11 +25,19 @@ def common_folder(runs: list[Run]) -> Path:
     return Path(os.path.commonpath(parents)) if parents else Path(".")
 
 
+def shown(config: dict[str, Any], key: str) -> Any:
+    """``config[key]`` as the table shows it: None (drawn as —) where the run does not have the
+    key or its method never reads it (``proximal-mu`` without FedProx's proximal term)."""
+    if key == "proximal-mu" and not uses_prox(str(config.get("method", "")), str(config.get("base", ""))):
+        return None
+    return config.get(key)
+
+
 def differing_keys(groups: dict[str, list[Run]], ignore: frozenset[str]) -> list[str]:
-    """Run-config keys whose value is not the same in every group (seed and ignored keys left out)."""
+    """Run-config keys whose shown value is not the same in every group (seed and ignored keys left out)."""
     configs = [g[0].config for g in groups.values() if g]
     keys = sorted({k for c in configs for k in c} - NOT_CONFIG - {"seed"} - ignore)
-    return [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
+    return [k for k in keys if len({repr(shown(c, k)) for c in configs}) > 1]
 
 
 def code_versions(runs: list[Run]) -> list[str]:
@@ -59,7 +70,8 @@ def provenance(groups: dict[str, list[Run]], ignore: frozenset[str] = frozenset(
         lines.append("| group | " + " | ".join(keys) + " |")
         lines.append("|---" * (len(keys) + 1) + "|")
         for name, group in groups.items():
-            lines.append(f"| {name} | " + " | ".join(f"{group[0].config.get(k, '—')}" for k in keys) + " |")
+            cells = [shown(group[0].config, k) for k in keys]
+            lines.append(f"| {name} | " + " | ".join("—" if v is None else str(v).replace("|", "\\|") for v in cells) + " |")
     elif len(groups) > 1:
         lines.append("The groups' run-configs are the same apart from the keys left out of grouping.")
     if ignore:

@@ -65,3 +65,23 @@ def test_report_explains_cells_and_records_provenance(tmp_path: Path) -> None:
     assert "| group | lr |\n|---|---|\n| fast | 0.1 |\n| slow | 0.01 |" in md  # only the key that differs
     assert "Code: fedapp 0.1.0; git abc1234def56; git abc1234def56 with local changes." in md
     assert (tmp_path / "out" / "report.md").read_text().startswith(md)
+
+
+def test_a_key_a_group_never_reads_shows_as_a_dash(tmp_path: Path) -> None:
+    """FedAvg records proximal-mu (a shared key) but never reads it: the demo's FedAvg-vs-FedProx
+    table shows — there, not FedAvg's unused 0.01; with FedProx as FedPeWS's base the key counts."""
+    groups = {
+        "fedavg": {"method": "fedavg", "base": "fedavg", "proximal-mu": 0.01},
+        "fedprox": {"method": "fedprox", "base": "fedavg", "proximal-mu": 0.1},
+        "pews-prox": {"method": "fedpews", "base": "fedprox", "proximal-mu": 0.05},
+    }
+    runs = [write_run(tmp_path / name, {**cfg, "seed": 0}, [0.5]) for name, cfg in groups.items()]
+    md, _ = report(runs, tmp_path / "out")
+    table = "| group | base | method | proximal-mu |\n|---|---|---|---|\n"
+    assert table + "| fedavg | fedavg | fedavg | — |\n| fedprox | fedavg | fedprox | 0.1 |\n| pews-prox | fedprox | fedpews | 0.05 |" in md
+    same = [
+        write_run(tmp_path / "b" / n, {"method": "fedavg", "partition": part, "proximal-mu": mu, "seed": 0}, [0.5])
+        for n, part, mu in (("x", "0,1|2,3", 0.01), ("y", "iid", 0.5))
+    ]
+    md, _ = report(same, tmp_path / "out-b")
+    assert "| group | partition |\n|---|---|\n| x | 0,1\\|2,3 |\n| y | iid |" in md  # an unread key is no column; | escaped
