@@ -116,12 +116,11 @@ def read_config(run_dir: str | Path) -> dict[str, Any]:
 
 
 def read_provenance(run_dir: str | Path) -> dict[str, Any]:
-    path = Path(run_dir) / "config.json"
+    """config.json's provenance record; {} where there is none or the file is not JSON."""
     try:
-        found = json.loads(path.read_text()).get(PROVENANCE, {}) if path.exists() else {}
+        return read_config_and_provenance(run_dir)[1]
     except ValueError:
         return {}
-    return dict(found) if isinstance(found, dict) else {}
 
 
 ENERGY_KEYS = ("round_j", "external_j")  # on-device meters first, then a joined wall-plug log

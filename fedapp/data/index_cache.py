@@ -2,7 +2,7 @@
 
 Some index arrays cost a process far more to compute than to read: the digits split needs
 scikit-learn (1.5-2.5 s to import), Flower Datasets' partitioners need Hugging Face
-``datasets`` (pyarrow and pandas, ~0.8 s). Every simulation worker would pay that before
+``datasets`` (pyarrow and pandas, ~0.7 s). Every simulation worker would pay that before
 its first round. The server builds the split before it contacts any client, so with the
 result on disk the workers read a few index arrays instead.
 

@@ -3,12 +3,13 @@
 iid, dirichlet and pathological use Flower Datasets' partitioners on an in-memory
 label column (offline); their result is kept in the index cache (fedapp.data.index_cache),
 keyed by the labels, the split's keys and the versions that compute it, so that a
-simulation worker reads it instead of importing Hugging Face ``datasets``. Explicit class groups ("0,1|2,3") are ours: Flower Datasets
-has no partitioner that takes a fixed class list per client. A class named in several
-groups is split evenly between those clients. "source" gives client i the samples of
-source i of a mixed-source dataset (the dataset's per-sample ``groups``). "shard"
-(FedSelect's pathological shards) also assigns each client matching shards of the test
-set, so it has its own function returning train, rest-of-shard and test indices.
+simulation worker reads it instead of importing Hugging Face ``datasets``. Explicit class
+groups ("0,1|2,3") are ours: Flower Datasets has no partitioner that takes a fixed class
+list per client. A class named in several groups is split evenly between those clients.
+"source" gives client i the samples of source i of a mixed-source dataset (the dataset's
+per-sample ``groups``). "shard" (FedSelect's pathological shards) also assigns each client
+matching shards of the test set, so it has its own function returning train, rest-of-shard
+and test indices.
 """
 
 from __future__ import annotations
