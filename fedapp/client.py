@@ -90,7 +90,7 @@ def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
     records = {n: wire.from_record(r) for n, r in msg.content.array_records.items() if n not in wire.RESERVED}
     store = state_store(cfg, context, str(config.get("run-token", "")))
     data = client_tensors(cfg, pid, device)
-    job = ClientJob(cfg, params, pid, server_round, config, records, pm.model, received, data, store, gen, device)  # type: ignore[arg-type]
+    job = ClientJob(cfg, params, pid, server_round, config, records, pm.model, pm.initial, received, data, store, gen, device)  # type: ignore[arg-type]
     return job, method.client(cfg, params)
 
 

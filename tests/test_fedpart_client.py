@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from fedapp.data import client_data, dataset_for
+from fedapp.device import host_arrays
 from fedapp.engine.run_local import full_config
 from fedapp.masks import layer_groups
 from fedapp.methods.base import ClientJob
@@ -32,7 +33,9 @@ def make_job(group: int, store: MemoryStore, server_round: int = 1, **overrides:
     received = {k: np.ones(v.shape, bool) for k, v in model.state_dict().items()}
     data = client_data(cfg, 0)
     gen = torch.Generator().manual_seed(server_round)
-    return ClientJob(cfg, params, 0, server_round, {"group-index": group}, {}, model, received, data, store, gen)
+    return ClientJob(
+        cfg, params, 0, server_round, {"group-index": group}, {}, model, host_arrays(model.state_dict()), received, data, store, gen
+    )
 
 
 def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:

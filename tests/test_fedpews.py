@@ -10,6 +10,7 @@ from torch import nn
 
 from fedapp.config import RunConfig, parse
 from fedapp.data import ClientData
+from fedapp.device import host_arrays
 from fedapp.masks import model_param_masks, neuron_layout, torch_param_masks
 from fedapp.methods.base import ClientJob
 from fedapp.methods.fedpews import PeWSClient, PeWSParams, PeWSServer, mask_stats, warmup_rounds
@@ -239,7 +240,7 @@ def job_for(policy_cfg: dict[str, object], store: MemoryStore, server_round: int
     empty = np.zeros((0, 5), np.float32), np.zeros(0, np.int64)
     data = ClientData(rng.normal(size=(16, 5)).astype(np.float32), rng.integers(0, 4, 16), *empty)
     gen = torch.Generator().manual_seed(server_round)
-    return ClientJob(cfg, PeWSParams(), 0, server_round, config, records, model, {}, data, store, gen)  # type: ignore[arg-type]
+    return ClientJob(cfg, PeWSParams(), 0, server_round, config, records, model, host_arrays(model.state_dict()), {}, data, store, gen)  # type: ignore[arg-type]
 
 
 def test_scores_persist_in_the_state_store_and_are_not_uploaded() -> None:

@@ -43,7 +43,9 @@ def job_for(
     cfg, _, params = resolve(full_config({"method": "fedselect", "batch-size": 5, "personal-limit": 0.5, **overrides}))
     load_host_arrays(model, global_arrays)
     received = {k: np.ones(v.shape, bool) for k, v in global_arrays.items()}
-    return ClientJob(cfg, params, 0, rnd, {}, {}, model, received, d, store, torch.Generator().manual_seed(rnd))  # type: ignore[arg-type]
+    return ClientJob(
+        cfg, params, 0, rnd, {}, {}, model, host_arrays(model.state_dict()), received, d, store, torch.Generator().manual_seed(rnd)
+    )  # type: ignore[arg-type]
 
 
 def perturbed(arrays: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:

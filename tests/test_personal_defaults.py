@@ -15,6 +15,7 @@ from flwr.app import Message, MetricRecord, RecordDict
 from fedapp.config import PERSONAL_LOCAL_TEST
 from fedapp.data import ClientData, client_data, client_indices
 from fedapp.data.sizes import SplitSize
+from fedapp.device import host_arrays
 from fedapp.engine.run_local import full_config, run_local
 from fedapp.methods.base import ClientJob, ClientPolicy, ServerPolicy, local_test_scores
 from fedapp.methods.personal import PersonalClient
@@ -65,7 +66,7 @@ def empty_job(policy_method: str) -> ClientJob:
     x = np.zeros((6, 4), np.float32)
     d = ClientData(x, np.zeros(6, np.int64), x[:0], np.zeros(0, np.int64))
     received = {k: np.ones(v.shape, bool) for k, v in model.state_dict().items()}
-    return ClientJob(cfg, params, 0, 1, {}, {}, model, received, d, MemoryStore(), torch.Generator())  # type: ignore[arg-type]
+    return ClientJob(cfg, params, 0, 1, {}, {}, model, host_arrays(model.state_dict()), received, d, MemoryStore(), torch.Generator())  # type: ignore[arg-type]
 
 
 def test_an_empty_local_test_split_reports_no_accuracy() -> None:

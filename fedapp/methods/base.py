@@ -11,6 +11,7 @@ loading (strategy.py and client.py do); the metrics a server policy returns from
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,7 @@ class ClientJob:
     config: dict[str, Scalar]
     records: dict[str, dict[str, np.ndarray]]
     model: nn.Module  # global values already loaded (where they were sent), on ``device``
+    initial: Mapping[str, np.ndarray]  # w0 as host arrays (read-only), the process model's: no rebuild per message
     received: dict[str, np.ndarray]  # bool masks of the global entries that were sent (all True when dense)
     data: ClientData | ClientTensors  # host arrays, or tensors already on ``device``
     store: StateStore

@@ -13,7 +13,6 @@ from fedapp.methods.base import ClientJob, Method, local_test_scores
 from fedapp.methods.dropout import SubModelClient
 from fedapp.methods.submodel import extract_submodel
 from fedapp.methods.tiers import TieredServer, TierParams
-from fedapp.models import initial_model
 
 MODEL, NEURONS = "model", "neurons"  # state keys: the model after training, the neurons it kept
 
@@ -26,7 +25,7 @@ class FedDropClient(SubModelClient):
     def evaluate(self, job: ClientJob) -> dict[str, float]:
         saved = job.store.load(job.pid, MODEL)
         if not saved:
-            load_host_arrays(job.model, host_arrays(initial_model(self.cfg).state_dict()))
+            load_host_arrays(job.model, job.initial)
             return local_test_scores(job.model, job)
         load_host_arrays(job.model, saved)
         kept = job.store.load(job.pid, NEURONS)

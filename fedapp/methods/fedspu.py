@@ -18,7 +18,6 @@ from fedapp.device import host_arrays, load_host_arrays
 from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, local_test_scores, train_metrics
 from fedapp.methods.tier_client import active_masks, es_metrics, job_neurons
 from fedapp.methods.tiers import TieredServer, TierParams
-from fedapp.models import initial_model
 
 PERSONAL_MODEL = "personal-model"  # state key: the client's whole trained model (its personal model)
 
@@ -34,7 +33,7 @@ class FedSPUClient(ClientPolicy):
 
     def train(self, job: ClientJob) -> ClientResult:
         active = active_masks(job, job_neurons(job))
-        merge(job.model, job.store.load(job.pid, PERSONAL_MODEL) or host_arrays(initial_model(self.cfg).state_dict()), active)
+        merge(job.model, job.store.load(job.pid, PERSONAL_MODEL) or dict(job.initial), active)
         params = dict(job.model.named_parameters())
         stats = self.fit(job, job.to_device({k: m for k, m in active.items() if k in params}))
         job.store.save(job.pid, PERSONAL_MODEL, host_arrays(job.model.state_dict()))
@@ -43,7 +42,7 @@ class FedSPUClient(ClientPolicy):
     def evaluate(self, job: ClientJob) -> dict[str, float]:
         """The stored personal model (w0 if never selected) on the local test split."""
         personal = job.store.load(job.pid, PERSONAL_MODEL)
-        load_host_arrays(job.model, personal or host_arrays(initial_model(self.cfg).state_dict()))
+        load_host_arrays(job.model, personal or job.initial)
         return local_test_scores(job.model, job)
 
 
