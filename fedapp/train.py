@@ -18,7 +18,7 @@ no step waits for the host.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -102,14 +102,27 @@ class ProximalTerm:
 
     def __call__(self, model: nn.Module) -> torch.Tensor:
         device = next(iter(self.anchor.values())).device if self.anchor else torch.device("cpu")
-        total = torch.zeros((), device=device)
-        for name, p in model.named_parameters():
-            if p.requires_grad and name in self.anchor:
-                d = p - self.anchor[name]
-                if self.masks is not None and name in self.masks:
-                    d = d * self.masks[name]
-                total = total + (d * d).sum()
-        return 0.5 * self.mu * total
+        params = {n: p for n, p in model.named_parameters() if p.requires_grad and n in self.anchor}
+        return 0.5 * self.mu * masked_distance(params, self.anchor, self.masks or {}, torch.get_default_dtype(), device)
+
+
+def masked_distance(
+    params: Mapping[str, torch.Tensor],
+    anchor: Mapping[str, torch.Tensor],
+    pmasks: Mapping[str, torch.Tensor],
+    dtype: torch.dtype,
+    device: torch.device,
+) -> torch.Tensor:
+    """sum ||(p - anchor) * mask||^2 over ``params`` (mask only where ``pmasks`` has one), summed
+    from a ``dtype`` zero on ``device`` in the order of ``params``: the FedProx distance of the
+    one-client loop (ProximalTerm) and of the batched kernels alike."""
+    total = torch.zeros((), dtype=dtype, device=device)
+    for n, p in params.items():
+        d = p - anchor[n]
+        if n in pmasks:
+            d = d * pmasks[n]
+        total = total + (d * d).sum()
+    return total
 
 
 def proximal_term(mu: float, anchor: dict[str, torch.Tensor], masks: dict[str, torch.Tensor] | None = None) -> ExtraLoss:

@@ -25,9 +25,8 @@ from torch.func import functional_call, grad, vmap
 
 from fedapp.batched.optim import StackedOptimizer
 from fedapp.batched.plan import client_batches, step_grid
-from fedapp.batched.train import masked_distance
 from fedapp.masks import torch_param_masks
-from fedapp.train import TrainStats
+from fedapp.train import TrainStats, masked_distance
 
 Tensors = dict[str, torch.Tensor]
 
@@ -109,7 +108,7 @@ def train_warmups(works: Sequence[WarmupWork]) -> list[tuple[TrainStats, torch.T
         used = {n: m.detach() for n, m in pm.items() if n in tr}  # the step's parameter masks, for the optimizer
         if tmpl.mu <= 0:
             return task, (task.detach(), used)
-        return task + 0.5 * tmpl.mu * masked_distance(tr, anc, pm, task), (task.detach(), used)
+        return task + 0.5 * tmpl.mu * masked_distance(tr, anc, pm, task.dtype, task.device), (task.detach(), used)
 
     score_grads = vmap(grad(score_loss, has_aux=True))
     weight_grads = vmap(grad(weight_loss, has_aux=True))

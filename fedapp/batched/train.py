@@ -24,23 +24,9 @@ from torch.func import functional_call, grad, vmap
 
 from fedapp.batched.optim import Stacked, StackedOptimizer
 from fedapp.batched.plan import StepGrid, chunks, client_batches, step_grid
-from fedapp.train import Augment, TrainSettings, TrainStats
+from fedapp.train import Augment, TrainSettings, TrainStats, masked_distance
 
 Tensors = dict[str, torch.Tensor]
-
-
-def masked_distance(
-    params: dict[str, torch.Tensor], anchor: dict[str, torch.Tensor], pmasks: dict[str, torch.Tensor], like: torch.Tensor
-) -> torch.Tensor:
-    """sum ||(p - anchor) * mask||^2 over ``params`` (mask only where ``pmasks`` has one): the
-    FedProx distance, accumulated in ``like``'s dtype and device in the order of ``params``."""
-    total = torch.zeros((), dtype=like.dtype, device=like.device)
-    for n, p in params.items():
-        d = p - anchor[n]
-        if n in pmasks:
-            d = d * pmasks[n]
-        total = total + (d * d).sum()
-    return total
 
 
 @dataclass
@@ -139,7 +125,7 @@ def make_step_grads(model: nn.Module, prox_mu: float) -> Callable[..., tuple[Sta
         task = (F.cross_entropy(out, yb, reduction="none") * wb).sum() / wb.sum()
         if prox_mu <= 0:
             return task, task.detach()
-        return task + 0.5 * prox_mu * masked_distance(train, anchor, pmasks, task), task.detach()
+        return task + 0.5 * prox_mu * masked_distance(train, anchor, pmasks, task.dtype, task.device), task.detach()
 
     return vmap(grad(loss, has_aux=True))  # type: ignore[no-any-return]
 
