@@ -1,25 +1,41 @@
 #!/bin/bash
 # The checks that need an NVIDIA GPU, one command each, on a GPU machine whose image has Python,
-# CUDA torch and torchvision but not Flower. Flower and the rest of what fedapp needs travel as
-# wheels in a git-ignored .whl/ folder copied along with the repository; they are installed into
-# .site/ here on first use (Ray is not among them: its wheel is too large, so these checks use the
-# in-process engine and a real SuperLink + SuperNodes, not `flwr run` with Ray).
+# CUDA torch and torchvision but not Flower. Before copying the project there, fill .whl/ here with
+#   scripts/gpu_wheels.sh           # the wheels the checks need beyond the image (pins from requirements-lock.txt)
+# and carry .whl/ along; they are installed into .site/ on first use. Ray is not among them (its wheel
+# is too large to carry), so these checks use the in-process engine and a real SuperLink + SuperNodes.
 #   bash bench/gpu_checks.sh round       # bench/gpu_round.py: engine vs plain loop, 50 x 512, cnn + resnet8
+#   bash bench/gpu_checks.sh batched     # bench/batched_round.py: one-at-a-time vs batched kernel, 50 clients
 #   bash bench/gpu_checks.sh deploy      # bench/gpu_deploy_energy.sh: loopback deployment, NVML joules, ES savings
 #   bash bench/gpu_checks.sh accuracy    # bench/gpu_vs_cpu.py: same-seed GPU vs CPU accuracy, 5 methods
-#   bash bench/gpu_checks.sh all
+#   bash bench/gpu_checks.sh all         # each of the above; exits non-zero if any of them failed
+# On a machine without a GPU, DEVICE=cpu runs the same entries on the CPU (tests/test_gpu_checks.py
+# runs each for one step that way).
 set -eu
 cd "$(dirname "$0")/.."
 if ! python3 -c "import flwr" 2>/dev/null; then
-  [ -d .whl ] || { echo "flwr is missing and there is no .whl/ folder of wheels to install it from" >&2; exit 1; }
+  [ -d .whl ] || { echo "flwr is missing and there is no .whl/ folder: run scripts/gpu_wheels.sh where pip reaches PyPI and carry .whl/" >&2; exit 1; }
   python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl
 fi
-export PYTHONPATH=$PWD/.site:$PWD PATH=$PWD/.site/bin:$PATH PYTHONUNBUFFERED=1
-python3 -c "import torch, flwr; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-', 'flwr', flwr.__version__)"
-case "${1:-all}" in
-  round) python3 bench/gpu_round.py --device cuda ;;
-  deploy) bash bench/gpu_deploy_energy.sh "${2:-$PWD/runs/gpu-deploy}" ;;
-  accuracy) python3 bench/gpu_vs_cpu.py --out "${2:-$PWD/runs/gpu-vs-cpu}" ;;
-  all) python3 bench/gpu_round.py --device cuda || true; python3 bench/gpu_vs_cpu.py || true; bash bench/gpu_deploy_energy.sh ;;
-  *) echo "usage: bash bench/gpu_checks.sh round|deploy|accuracy|all" >&2; exit 2 ;;
-esac
+export PYTHONPATH=$PWD/.site:$PWD${PYTHONPATH:+:$PYTHONPATH} PATH=$PWD/.site/bin:$PATH PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+DEVICE=${DEVICE:-cuda}
+"$PY" -c "import torch, flwr; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-', 'flwr', flwr.__version__)"
+check() {
+  case "$1" in
+    round) "$PY" bench/gpu_round.py --device "$DEVICE" ${ROUND_ARGS:-} ;;
+    batched) "$PY" bench/batched_round.py --device "$DEVICE" ${BATCHED_ARGS:-} ;;
+    deploy) bash bench/gpu_deploy_energy.sh "${2:-$PWD/runs/gpu-deploy}" ;;
+    accuracy) "$PY" bench/gpu_vs_cpu.py --gpu "$DEVICE" --out "${2:-$PWD/runs/gpu-vs-cpu}" ${ACCURACY_ARGS:-} ;;
+    *) echo "usage: bash bench/gpu_checks.sh round|batched|deploy|accuracy|all [OUT_DIR]" >&2; return 2 ;;
+  esac
+}
+if [ "${1:-all}" != all ]; then
+  check "$@"
+  exit
+fi
+failed=()
+for c in round batched accuracy deploy; do
+  check "$c" || failed+=("$c")
+done
+[ ${#failed[@]} -eq 0 ] || { echo "gpu_checks: failed: ${failed[*]}" >&2; exit 1; }

@@ -52,7 +52,7 @@ def main() -> int:
         cfg = load_toml_config(ROOT / "configs" / f"{name}.toml")
         cfg.update(FEDPART_SHORT if method == "fedpart" else {"num-server-rounds": args.rounds})
         got = {
-            dev: rows(run_local({**cfg, "device": dev, "run-dir": str(out / f"{method}-{dev.replace(':', '')}")}))
+            dev: rows(run_local({**cfg, "device": dev, "overwrite": True, "run-dir": str(out / f"{method}-{dev.replace(':', '')}")}))
             for dev in ("cpu", args.gpu)
         }
         cpu, gpu = got["cpu"], got[args.gpu]
