@@ -13,12 +13,12 @@
 # runs each for one step that way).
 set -eu
 cd "$(dirname "$0")/.."
-if ! python3 -c "import flwr" 2>/dev/null; then
-  [ -d .whl ] || { echo "flwr is missing and there is no .whl/ folder: run scripts/gpu_wheels.sh where pip reaches PyPI and carry .whl/" >&2; exit 1; }
-  python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl
-fi
 export PYTHONPATH=$PWD/.site:$PWD${PYTHONPATH:+:$PYTHONPATH} PATH=$PWD/.site/bin:$PATH PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
+if ! "$PY" -c "import flwr" 2>/dev/null; then
+  [ -d .whl ] || { echo "flwr is missing and there is no .whl/ folder: run scripts/gpu_wheels.sh where pip reaches PyPI and carry .whl/" >&2; exit 1; }
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl
+fi
 DEVICE=${DEVICE:-cuda}
 "$PY" -c "import torch, flwr; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-', 'flwr', flwr.__version__)"
 check() {
@@ -35,7 +35,7 @@ if [ "${1:-all}" != all ]; then
   exit
 fi
 failed=()
-for c in round batched accuracy deploy; do
+for c in ${CHECKS:-round batched accuracy deploy}; do  # CHECKS: a subset, in this order
   check "$c" || failed+=("$c")
 done
 [ ${#failed[@]} -eq 0 ] || { echo "gpu_checks: failed: ${failed[*]}" >&2; exit 1; }
