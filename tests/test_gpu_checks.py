@@ -18,9 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def gpu_check(name: str, *args: str, **env: str) -> str:
     full = {**os.environ, "DEVICE": "cpu", "PYTHON": sys.executable, "PYTHONPATH": str(ROOT), **env}
-    done = subprocess.run(
-        ["bash", "bench/gpu_checks.sh", name, *args], cwd=ROOT, env=full, capture_output=True, text=True, timeout=600
-    )
+    done = subprocess.run(["bash", "bench/gpu_checks.sh", name, *args], cwd=ROOT, env=full, capture_output=True, text=True, timeout=600)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
     return out
