@@ -12,6 +12,9 @@ node must not poison or crash the run):
 * Partition: the reply's ``partition-id`` is the one whose task went to the replying node.
 * Sample count: ``num-examples`` is a whole number in 1..(the partition's training samples);
   the split is deterministic in the run-config, so the server knows every partition's size.
+* Coverage: the reply covers only the entries its task gave it (``within_task``: the method's
+  ``upload_allowed``, e.g. FedPart's layer group, a personalised client's global part, a
+  sub-model's kept neurons).
 * Step size ("exploding"): no entry of a reply moves further from the global model than
   ``MAX_STEP`` times the tensor's scale, max(1, largest |entry| of that tensor in the global
   model). An honest local run moves weights by lr x steps x gradient, orders of magnitude
@@ -136,6 +139,31 @@ def reply_step(contribution: Contribution, global_np: dict[str, np.ndarray], sca
         step = float(np.abs(values.reshape(-1) - base).max(initial=0.0))  # an overflow to inf fails the bound, as it should
         if step > MAX_STEP * scale[name]:
             raise ReplyError(f"{name}: an entry moves by {step:.3g}, more than {MAX_STEP:g} x the tensor's scale {scale[name]:.3g}")
+
+
+def within_task(contribution: Contribution, allowed: dict[str, np.ndarray] | None) -> None:
+    """Raise if the reply covers an entry its task did not give it (``allowed``: the policy's
+    ``upload_allowed``; None: any). A FedPart client sending every layer, a personalised client
+    writing its personal coordinates, a sub-model client sending dropped neurons: on an entry no
+    honest reply covers, that one node would set the global value."""
+    if allowed is None:
+        return
+    outside: dict[str, int] = {}
+    for name, values in contribution.values.items():
+        ok = allowed.get(name)
+        sent = contribution.masks.get(name)
+        if ok is None:
+            count = values.size
+        elif sent is None:
+            count = int(ok.size - np.count_nonzero(ok))
+        else:
+            count = int(np.count_nonzero(sent.reshape(-1) & ~ok.reshape(-1)))
+        if count:
+            outside[name] = count
+    if outside:
+        worst = sorted(outside.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+        shown = ", ".join(f"{n}: {c}" for n, c in worst) + (", ..." if len(outside) > 3 else "")
+        raise ReplyError(f"values: {sum(outside.values())} entries outside its task in {len(outside)} tensors ({shown})")
 
 
 def aggregate_fault(new: dict[str, np.ndarray]) -> str | None:

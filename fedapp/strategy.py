@@ -33,7 +33,7 @@ from fedapp import wire
 from fedapp.aggregate import masked_mean
 from fedapp.config import RunConfig
 from fedapp.data.sizes import split_sizes
-from fedapp.methods.base import Reply, ServerPolicy
+from fedapp.methods.base import NodeTask, Reply, ServerPolicy
 
 log = logging.getLogger("flwr")
 
@@ -106,6 +106,7 @@ class MaskedStrategy(Strategy):
         self.global_np: dict[str, np.ndarray] = {}
         self.stats = RoundStats()  # this round's, filled from configure_train to aggregate_train
         self.sent_nodes: dict[int, int] = {}  # partition id -> node its train task went to this round
+        self.tasks: dict[int, NodeTask] = {}  # partition id -> its train task this round (what its reply may cover)
         self.eval_nodes: dict[int, int] = {}  # partition id -> node its evaluate task went to this round
         self.scale: dict[str, float] = {}  # per float tensor: the unit of the step bound (reply_checks.scales)
         self.limits: tuple[dict[str, int], dict[str, int]] = ({}, {})  # most data bytes per values / mask array
@@ -120,9 +121,10 @@ class MaskedStrategy(Strategy):
         self.stats = RoundStats()
         self.sent_pids = list(chosen)
         self.sent_nodes = {pid: self.nodes[pid] for pid in chosen}
+        self.tasks = {}
         messages = []
         for pid in chosen:
-            task = self.policy.node_task(server_round, pid)
+            task = self.tasks[pid] = self.policy.node_task(server_round, pid)
             content = RecordDict()
             if task.download_masks is None:
                 content["arrays"] = arrays
@@ -160,6 +162,7 @@ class MaskedStrategy(Strategy):
         if mask is not None:
             checks.check_arrays(mask, self.limits[1], "mask")
         contribution = wire.decode(content.array_records["values"], mask, self.global_np, self.policy.weight(metrics))
+        checks.within_task(contribution, self.policy.upload_allowed(server_round, pid, self.tasks[pid]))
         checks.reply_step(contribution, self.global_np, self.scale)
         records = {n: checks.decode_record(content.array_records[n], spec, n) for n, spec in specs.items() if n in content}
         return Reply(pid, contribution, metrics, records)

@@ -134,6 +134,13 @@ class ServerPolicy:
         array's shape and dtype; any other record makes the reply a failure before it is decoded."""
         return {}
 
+    def upload_allowed(self, server_round: int, pid: int, task: NodeTask) -> dict[str, np.ndarray] | None:
+        """The entries a train reply from ``pid`` may cover, given the ``task`` it was sent: bool masks
+        shaped like each tensor, a tensor not named may not be sent at all; None: any float tensor.
+        By default what was sent is what may come back (FedSPU/FjORD/FedDrop's sub-model, the global
+        part of a personalised client); a method whose clients train less than they receive says so."""
+        return task.download_masks
+
     def select(self, server_round: int, pids: list[int], rng: random.Random) -> list[int]:
         k = max(1, round(self.cfg.fraction_train * len(pids)))
         return sorted(rng.sample(pids, min(k, len(pids))))

@@ -108,6 +108,12 @@ class FedPartServer(ServerPolicy):
         send = self.params.bn_eval_stats == "mean" or pid == REFERENCE
         return NodeTask(config={"group-index": self.entry(server_round), "send-bn-stats": send})
 
+    def upload_allowed(self, server_round: int, pid: int, task: NodeTask) -> dict[str, np.ndarray] | None:
+        """The round's layer group (every parameter in a full-network round); BatchNorm statistics never."""
+        g = self.entry(server_round)
+        names = [n for n, _ in self.model.named_parameters()] if g == FULL else self.groups[g].params
+        return {n: np.ones(self.initial[n].shape, bool) for n in names}
+
     def after_round(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         self._update_eval_buffers(replies)
         g = self.entry(server_round)

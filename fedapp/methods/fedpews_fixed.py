@@ -53,6 +53,12 @@ class FixedServer(PeWSServer):
     def reply_records(self, server_round: int, pid: int) -> dict[str, RecordSpec]:
         return {}  # the server assigned the blocks: replies carry no mask
 
+    def upload_allowed(self, server_round: int, pid: int, task: NodeTask) -> dict[str, np.ndarray] | None:
+        """Warm-up: the client's own block (its parameter masks); afterwards the whole model."""
+        if not self.is_warm(server_round):
+            return None
+        return model_param_masks(self.model, self.layout.split(self.blocks[pid]))
+
     def after_round(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         if not self.is_warm(server_round):
             return {WARMUP: False}

@@ -106,9 +106,14 @@ class PersonalClient(ClientPolicy):
             )
             state = None
         if state is None:
-            if not all(r.all() for r in job.received.values()) and job.server_round > 1:
-                log.warning("client %d: no stored state but the server sent only part of the model (state lost?)", job.pid)
-            return self.initial_mask(job.model)
+            first = self.initial_mask(job.model)
+            if all(job.received[n].all() for n in first):
+                return first
+            # State lost (a new device, a wiped state-dir): what the server did not send stays
+            # personal, so the upload stays within the global part the server holds for this client.
+            log.warning("client %d: no stored state but the server sent only part of the model (state lost?); "
+                        "the entries not sent stay personal, from w0", job.pid)  # fmt: skip
+            return {n: m | ~job.received[n] for n, m in first.items()}
         received = host_arrays(job.model.state_dict())
         theta = dict(state.theta)
         for name, m_old in state.m_cur.items():
