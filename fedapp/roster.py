@@ -93,8 +93,9 @@ class Roster:
             self.strangers.add(node)
 
     def take_refused(self) -> list[str]:
-        """The refusals since the last call (what the round's metrics row reports)."""
-        out, self.refused = self.refused, []
+        """The refusals since the last call, each once (what the round's metrics row reports;
+        discovery asks a refused claimant again every half second)."""
+        out, self.refused = list(dict.fromkeys(self.refused)), []
         return out
 
     def size_from(self, node: int, facts: dict[str, Any]) -> None:

@@ -180,6 +180,14 @@ def test_two_nodes_registered_for_one_partition_keep_the_online_rule_and_are_rep
     assert roster.refresh(5) == {0: ROGUE, 1: 1001, 2: 1002} and roster.take_refused() == []
 
 
+def test_a_claimant_refused_at_every_look_of_a_long_discovery_is_reported_once(tmp_path: Path) -> None:
+    g = rogue_grid(tmp_path, {}, joins={1002: 4})  # partition 2's node is late: discovery looks four times
+    roster = Roster(g, 3)
+    roster.discover(10)
+    assert roster.nodes == {0: 1000, 1: 1001, 2: 1002} and g.asked.count(ROGUE) == 4
+    assert roster.take_refused() == ["node 1003: claims partition-id 0, which online node 1000 serves"]
+
+
 def test_a_claim_outside_the_run_is_logged_and_kept(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     g = grid(tmp_path, 4, partitions=3)
     roster = Roster(g, 3)
