@@ -128,6 +128,9 @@ class Roster:
             except Exception as err:  # one node's unusable answer keeps that node out, nothing else
                 self.refuse(node, f"discovery answer unusable ({type(err).__name__}: {err})")
                 continue
+            if self.bound and self.bindings.get(node) != pid:  # before its size or errors count for anything
+                self.refuse(node, self.unbound_claim(node, pid))
+                continue
             problem = next((facts[e] for e in ("device-error", "energy-error") if e in facts), None)
             if problem is not None:  # the node lacks the device or meter the run asked for
                 if not self.discovered:

@@ -158,6 +158,18 @@ def test_without_bindings_the_first_claimant_still_wins(tmp_path: Path) -> None:
     assert roster.take_refused() == ["node 1000: claims partition-id 0, which online node 1003 serves"]
 
 
+@pytest.mark.parametrize("lie", [{"num-partitions": 7}, {"device": "cuda:99"}], ids=["size", "device error"])
+def test_a_rogue_registered_elsewhere_neither_sizes_nor_stops_the_run(tmp_path: Path, lie: dict[str, int | str]) -> None:
+    """Its answer counts for nothing: not the size of a num-clients = 0 run, not a device error that
+    would stop discovery."""
+    g = rogue_grid(tmp_path, {**HONEST, ROGUE: binding_name("spare", 5)}, joins={})
+    g.contexts[ROGUE].node_config.update(lie)
+    roster = Roster(g, 0)
+    roster.discover(5)
+    assert (roster.num_clients, roster.nodes) == (3, {0: 1000, 1: 1001, 2: 1002})
+    assert roster.take_refused() == ["node 1003: claims partition-id 0, but it is registered for partition 5"]
+
+
 def test_a_partition_taken_before_bindings_were_seen_is_taken_back(tmp_path: Path) -> None:
     g = rogue_grid(tmp_path, {**HONEST, ROGUE: "spare"}, joins={1000: 3, 1001: 2, 1002: 3})  # the unbound rogue alone first
     roster = Roster(g, 3)
