@@ -7,6 +7,8 @@ import itertools
 import json
 import shlex
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,7 @@ from fedapp.engine.run_local import full_config
 from fedapp.methods.registry import resolve
 from fedapp.provenance import collect, user_command
 from fedapp.redact import REDACTED, redact_argv
+from tests.flwr_harness import flwr_run
 
 SECRET = "s3cr3t-Vx9"
 OPTIONS = [
@@ -87,3 +90,16 @@ def test_the_provenance_a_run_folder_records_names_no_token(monkeypatch: pytest.
     record = collect(resolve(full_config({}))[0], {"engine": "flwr run", "run-config-overrides": {"num-clients": 3}})
     assert record["command"] == "flwr run --run-config num-clients=3"
     assert token not in json.dumps(record)
+
+
+@pytest.mark.flwr
+def test_a_simulated_flwr_run_records_the_users_command_not_the_simulation_process(tmp_path: Path) -> None:
+    """`flwr run` on the local SuperLink: the ServerApp runs inside `flwr-simulation --token ...`."""
+    run = {"num-clients": 2, "partition": "0,1,2,3,4|5,6,7,8,9", "num-server-rounds": 1, "local-steps": 2, "run-dir": str(tmp_path / "r")}
+    proc = flwr_run(tmp_path, run, num_supernodes=2)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    text = (tmp_path / "r" / "config.json").read_text()
+    command = shlex.split(json.loads(text)["provenance"]["command"])
+    assert command[:3] == ["flwr", "run", "--run-config"] and len(command) == 4, command
+    assert tomllib.loads("\n".join(command[3].split(" "))) == run  # no value has a space
+    assert "--token" not in text and "flwr-simulation" not in text
