@@ -1,9 +1,12 @@
 """What produced a run, kept in config.json under ``provenance``: start time, command, host,
 Python and package versions, the git commit of the source (if any), and the device.
 
-Under `flwr run` the ServerApp runs from the installed app bundle (no .git), so the commit is
-read from the checkout whose ``scripts/flwr-env.sh`` started the SuperLink, and the bundle's
-hash and the ``--run-config`` overrides are recorded beside it.
+``command`` is what the user ran, credentials redacted (fedapp.redact): the command line of
+`fedapp run` and the like. Under `flwr run` the ServerApp process was started by the SuperLink
+(`flwr-serverapp`/`flwr-simulation ... --token ...`), so the command is the `flwr run` with
+the run's ``--run-config`` overrides; the app path and connection are not visible to the
+ServerApp (the bundle's hash and the Flower run id identify them). The commit is read from
+the checkout whose ``scripts/flwr-env.sh`` started the SuperLink (the bundle has no .git).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fedapp.config import RunConfig
+from fedapp.redact import redact_argv
 from fedapp.rundir import checkout_base
 
 PACKAGES = ("fedapp", "flwr", "flwr-datasets", "torch", "torchvision", "numpy")
@@ -64,10 +68,24 @@ def source_git() -> dict[str, Any] | None:
     return found if found is not None or base is None else git_state(base)
 
 
+FLOWER_PROCESSES = ("flwr-serverapp", "flwr-simulation")  # what the SuperLink starts for `flwr run`
+
+
+def user_command(argv: list[str], overrides: dict[str, Any] | None) -> str:
+    """What the user ran, credentials redacted: under `flwr run` (``argv`` of a Flower process)
+    the `flwr run` with its ``--run-config`` overrides, else ``argv`` itself."""
+    if not argv or Path(argv[0]).name not in FLOWER_PROCESSES:
+        return shlex.join(redact_argv(argv))
+    from fedapp.sim import toml_value
+
+    given = " ".join(f"{k}={toml_value(v)}" for k, v in (overrides or {}).items())
+    return shlex.join(redact_argv(["flwr", "run", *(["--run-config", given] if given else [])]))
+
+
 def collect(cfg: RunConfig, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": shlex.join(sys.argv),
+        "command": user_command(sys.argv, (extra or {}).get("run-config-overrides")),
         "host": socket.gethostname(),
         "python": platform.python_version(),
         "packages": package_versions(),

@@ -15,6 +15,16 @@ restarted SuperNode under a new id, whose old id has not lapsed yet, gets its pa
 back that way). A node's device or meter error stops the run at discovery (the run asked
 for a device or meter the node lacks); mid-run it only keeps that node out.
 
+Partition bindings (fedapp.node_binding): once any online node's registered name binds it to
+a partition, bindings are in force for the rest of the run. A node then serves only the
+partition it was registered for: a claim of another partition, or a node registered without
+a binding, is refused and the node kept out, and a node placed before bindings were seen
+loses a partition it is not bound to. Without any binding (simulation, nodes registered
+without one) partitions go to their first claimant, as above.
+
+Every refused claim and every node kept out is logged with its reason and kept in
+``refused`` until the round loop takes it into the round's metrics row (``take_refused``).
+
 The federation's size comes from the nodes: each reports ``num-partitions`` (node-config).
 With ``num-clients = 0`` the run takes that number; a stated ``num-clients`` that differs
 from what a node reports fails discovery at that node's first answer, not at the timeout.
@@ -31,6 +41,7 @@ from flwr.serverapp import Grid
 
 from fedapp.client_config_errors import stop_on_config_errors
 from fedapp.config import ConfigError
+from fedapp.node_binding import bound_partition
 
 log = logging.getLogger("flwr")
 
@@ -70,6 +81,22 @@ class Roster:
         # run), and a node's num-partitions is no longer checked against num-clients
         self.discovered = False
         self.waiting: dict[int, dict[str, Any]] = {}  # node id -> facts, while the size is not known yet
+        self.bindings: dict[int, int | None] = {}  # node id -> the partition its registration binds it to
+        self.bound = False  # some online node carried a binding: from then on every node needs one
+        self.refused: list[str] = []  # refusals not yet in a metrics row
+
+    def refuse(self, node: int, why: str, stranger: bool = True) -> None:
+        """Log and keep a refused claim; a stranger is never asked again."""
+        log.warning("node %d kept out: %s", node, why)
+        self.refused.append(f"node {node}: {why}")
+        if stranger:
+            self.strangers.add(node)
+
+    def take_refused(self) -> list[str]:
+        """The refusals since the last call, each once (what the round's metrics row reports;
+        discovery asks a refused claimant again every half second)."""
+        out, self.refused = list(dict.fromkeys(self.refused)), []
+        return out
 
     def size_from(self, node: int, facts: dict[str, Any]) -> None:
         """Learn or check the federation's size from a node's ``num-partitions``."""
@@ -99,15 +126,16 @@ class Roster:
             try:
                 pid, facts = facts_of(reply)
             except Exception as err:  # one node's unusable answer keeps that node out, nothing else
-                log.warning("node %s: discovery answer ignored (%s: %s)", node, type(err).__name__, err)
-                self.strangers.add(node)
+                self.refuse(node, f"discovery answer unusable ({type(err).__name__}: {err})")
+                continue
+            if self.bound and self.bindings.get(node) != pid:  # before its size or errors count for anything
+                self.refuse(node, self.unbound_claim(node, pid))
                 continue
             problem = next((facts[e] for e in ("device-error", "energy-error") if e in facts), None)
             if problem is not None:  # the node lacks the device or meter the run asked for
                 if not self.discovered:
                     raise ConfigError(f"node {node}: {problem!s}")
-                log.warning("node %s left out: %s", node, problem)
-                self.strangers.add(node)
+                self.refuse(node, str(problem))
                 continue
             self.size_from(node, facts)
             if not self.num_clients:
@@ -119,15 +147,18 @@ class Roster:
             self.place(node, int(facts["partition-id"]), facts, online)
 
     def place(self, node: int, pid: int, facts: dict[str, Any], online: set[int] | None) -> None:
-        """Record ``node`` as its partition's server, a stranger if the partition is not used, or
-        refuse its claim while the partition's node is online."""
+        """Record ``node`` as its partition's server; a stranger if the partition is not used or
+        (bindings in force) not the one it is bound to; refused while the partition's node is online."""
         if not 0 <= pid < self.num_clients:
-            self.strangers.add(node)
+            self.refuse(node, f"claims partition-id {pid}, outside this run's 0..{self.num_clients - 1}")
+            return
+        if self.bound and self.bindings.get(node) != pid:
+            self.refuse(node, self.unbound_claim(node, pid))
             return
         held = self.nodes.get(pid)
         if held is not None and held != node:
             if online is None or held in online:
-                log.warning("node %d claims partition-id %d, which online node %d serves; refused", node, pid, held)
+                self.refuse(node, f"claims partition-id {pid}, which online node {held} serves", stranger=False)
                 return
             log.warning("partition-id %d now served by node %d (was node %d, offline)", pid, node, held)
         self.nodes[pid], self.info[pid] = node, facts
@@ -155,9 +186,30 @@ class Roster:
                 )
             time.sleep(0.5)
 
+    def unbound_claim(self, node: int, pid: int) -> str:
+        bound = self.bindings.get(node)
+        if bound is None:
+            return f"claims partition-id {pid}, but its registration binds it to no partition (bindings are in force)"
+        return f"claims partition-id {pid}, but it is registered for partition {bound}"
+
+    def read_bindings(self) -> set[int]:
+        """The online nodes, with each one's binding noted; the first binding seen puts bindings
+        in force, and every partition held by a node not bound to it is taken back."""
+        infos = list(self.grid.get_nodes())
+        for info in infos:
+            self.bindings[info.node_id] = bound_partition(info.name)
+        if not self.bound and any(self.bindings[i.node_id] is not None for i in infos):
+            self.bound = True
+            log.info("partition bindings in force: each node serves only the partition it was registered for")
+            for pid, node in sorted(self.nodes.items()):
+                if self.bindings.get(node) != pid:
+                    del self.nodes[pid]
+                    self.refuse(node, self.unbound_claim(node, pid) + "; partition taken back")
+        return {i.node_id for i in infos}
+
     def refresh(self, timeout: float) -> dict[int, int]:
         """Forget partitions whose node went offline; ask nodes never seen before who they are."""
-        online = set(self.grid.get_node_ids())
+        online = self.read_bindings()
         for pid, node in sorted(self.nodes.items()):
             if node not in online:
                 log.warning("partition-id %d: node %d is offline; not sampled until it rejoins", pid, node)

@@ -141,7 +141,7 @@ def one_line(err: BaseException) -> str:
 CORE_KEYS = frozenset({
     "round", "accuracy", "loss", "clients", "failures", "bytes_up", "bytes_up_eval", "bytes_down", "coverage",
     "failed_pids", "failure_reasons", "eval_failures", "personalized_accuracy", "personalized_accuracy_min",
-    "personalized_accuracy_max", "evaluated_clients", "aggregate_rejected", "train_seconds", "seconds",
+    "personalized_accuracy_max", "evaluated_clients", "aggregate_rejected", "train_seconds", "seconds", "roster_refused",
 })  # fmt: skip
 """The round loop's own metrics.jsonl keys; a method's metrics may not reuse one, nor one of the
 time and energy keys the ledger adds after them (fedapp.energy.ledger; checked in ``rounds``)."""
@@ -205,6 +205,8 @@ def rounds(
         arrays = wire.from_record(record)
         acc, loss = central_eval(model, policy.eval_arrays(arrays), x_test, y_test, ds.norm.tensor if ds.norm else None)
         row = round_row(rnd, acc, loss, result, evaluated)
+        if refused := roster.take_refused():  # claims the roster refused since the last row (fedapp.roster)
+            row["roster_refused"] = refused
         row["seconds"] = time.perf_counter() - start
         times = ledger.round_row(row["seconds"], t_start, time.time(), result.stats.client_metrics, evaluated.client_metrics)
         check_method_metrics(result.method_metrics, times)  # the ledger's time and energy keys are core keys too

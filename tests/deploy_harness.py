@@ -125,12 +125,15 @@ class Federation:
         self.superlink = self._spawn(argv, self.tmp / "superlink.log", self.home, self.netns.link if self.netns else None)
         self.wait_for(lambda: "Application startup complete" in self.log("superlink"), 90, "SuperLink start")
 
-    def register(self) -> None:
-        """`fedapp deploy register` for every node key (in parallel: each CLI call costs seconds)."""
-        procs = [self.cli([PY, "-m", "fedapp", "deploy", "register", "--connection", CONNECTION, str(pub)]) for _, pub in self.keys]
-        for proc in procs:
-            out, _ = proc.communicate(timeout=180)
+    def register(self, keys: list[str] | None = None) -> list[str]:
+        """`fedapp deploy register` for each of ``keys`` (default: node key i bound to partition i),
+        in parallel (each CLI call costs seconds); returns each call's output."""
+        keys = keys or [f"{i}={pub}" for i, (_, pub) in enumerate(self.keys)]
+        procs = [self.cli([PY, "-m", "fedapp", "deploy", "register", "--connection", CONNECTION, key]) for key in keys]
+        outs = [proc.communicate(timeout=180)[0] for proc in procs]
+        for proc, out in zip(procs, outs, strict=True):
             assert proc.returncode == 0, out
+        return outs
 
     def cli(self, argv: list[str]) -> subprocess.Popen[str]:
         if self.netns:
@@ -140,18 +143,21 @@ class Federation:
     def superlink_address(self, i: int) -> str:
         return f"{self.netns.link_address(i) if self.netns else '127.0.0.1'}:{self.port}"
 
-    def node_argv(self, i: int, key: Path, restart: bool = True) -> list[str]:
+    def node_argv(self, i: int, key: Path, restart: bool = True, partition: int | None = None) -> list[str]:
+        """Node ``i`` (folder node-i) with ``key``, claiming ``partition`` (default: i)."""
         node_dir = self.tmp / f"node-{i}"
         argv = [PY, "-m", "fedapp", "deploy", "supernode", "--superlink", self.superlink_address(i), "--ca", str(self.tls.ca_cert)]
-        argv += ["--key", str(key), "--partition-id", str(i), "--num-partitions", str(self.num_nodes)]
+        argv += ["--key", str(key), "--partition-id", str(i if partition is None else partition), "--num-partitions", str(self.num_nodes)]
         argv += ["--state-dir", str(node_dir / "state"), "--tier", "edge", "--device-name", f"board-{i}", "--port", str(free_port())]
         return argv + (["--restart-delay", "5"] if restart else ["--no-restart"])
 
-    def start_node(self, i: int) -> None:
+    def start_node(self, i: int, key: Path | None = None, partition: int | None = None) -> None:
+        """Node ``i`` with its own key (or ``key``), claiming its partition (or ``partition``)."""
         node_dir = self.tmp / f"node-{i}"
         node_dir.mkdir(exist_ok=True)
         ns = self.netns.node(i) if self.netns else None
-        self.nodes[i] = self._spawn(self.node_argv(i, self.keys[i][0]), node_dir / "log", node_dir / "flwr-home", ns, self.node_env.get(i))
+        argv = self.node_argv(i, self.keys[i][0] if key is None else key, partition=partition)
+        self.nodes[i] = self._spawn(argv, node_dir / "log", node_dir / "flwr-home", ns, self.node_env.get(i))
 
     def start(self) -> Federation:
         self.start_superlink()

@@ -23,7 +23,7 @@ from flwr.supernode.cli.flower_supernode import _parse_args_run_supernode
 from fedapp.cli import main
 from fedapp.deploy import DeployError
 from fedapp.deploy.certs import make_certs
-from fedapp.deploy.commands import node_config_arg, superlink_argv, supernode_argv
+from fedapp.deploy.commands import node_config_arg, registration, superlink_argv, supernode_argv
 from fedapp.deploy.connection import write_connection
 from fedapp.deploy.keys import make_node_keys
 from fedapp.deploy.supervise import supervise
@@ -104,6 +104,20 @@ def test_insecure_mode_is_only_explicit(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["deploy", "supernode", "--superlink", "h:1", "--partition-id", "0", "--num-partitions", "1", "--state-dir", "s"]) == 2
     assert main(["deploy", "superlink", "--insecure", "--no-auth", "--dry-run", "--database", str(tmp_path / "x.db")]) == 0
     assert shlex.split(capsys.readouterr().out)[-1] == "--insecure"
+
+
+def test_register_binds_a_key_to_the_partition_before_its_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    odd = tmp_path / "3=odd.pub"  # a key file whose own name has the form: taken as a path
+    odd.write_text("x")
+    assert registration("keys/supernode-0.pub") == ("keys/supernode-0.pub", "supernode-0")
+    assert registration("0=keys/supernode-0.pub") == ("keys/supernode-0.pub", "supernode-0:partition-0")
+    assert registration("12=/k/board=7.pub") == ("/k/board=7.pub", "board=7:partition-12")
+    assert registration(str(odd)) == (str(odd), "3=odd")
+    for bad in ("x=k.pub", "-1=k.pub", "01=k.pub", "=k.pub", "1234567890=k.pub"):
+        with pytest.raises(DeployError, match=r"PARTITION=KEY\.pub"):
+            registration(bad)
+    assert main(["deploy", "register", "--connection", "c", "0=a.pub", "one=b.pub"]) == 2  # before any key is registered
+    assert "'one=b.pub': expected KEY.pub or PARTITION=KEY.pub" in capsys.readouterr().err
 
 
 def test_connection_block_is_read_back_by_flower(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,15 @@ def test_compose_commands_parse_and_find_their_files_in_mounts() -> None:
     node_ids = sorted(int(s["command"][s["command"].index("--partition-id") + 1]) for n, s in services.items() if n.startswith("supernode"))
     assert node_ids == [0, 1, 2]
     assert "ca.key" not in json.dumps(services)  # the CA's private key stays with the operator
+
+
+def test_compose_registers_each_supernodes_key_for_the_partition_it_claims() -> None:
+    services = compose()["services"]
+    registered = shlex.split(services["register"]["command"][0].split("&&")[-1])
+    assert registered[:4] == ["fedapp", "deploy", "register", "--connection"]
+    nodes = [[str(a) for a in s["command"]] for n, s in services.items() if n.startswith("supernode")]
+    claims = {f"{c[c.index('--partition-id') + 1]}={c[c.index('--key') + 1]}.pub" for c in nodes}
+    assert len(claims) == 3 and set(registered[5:]) == claims
 
 
 def test_compose_keeps_the_supernodes_away_from_the_superlinks_own_port() -> None:

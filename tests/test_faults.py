@@ -335,6 +335,9 @@ QUERY_PROBES = {"no info": no_info, "partition-id='zero'": info(**{"partition-id
 def test_a_malformed_discovery_answer_keeps_that_node_out(tmp_path: Path, probe: str, grid_cls: type[LocalGrid]) -> None:
     out, _ = run(tmp_path, malicious_app(query=QUERY_PROBES[probe], who=is_rogue), grid_cls=grid_cls, nodes=4)
     assert [(r["clients"], r["failures"]) for r in out] == [(3, 0), (3, 0)]
+    named = [[x.split(" (")[0] for x in r.get("roster_refused", [])] for r in out]  # the reason, without its details
+    once = ["node 1003: discovery answer unusable"]  # in the row of the round whose discovery or refresh asked it
+    assert named == ([once, []] if grid_cls is LocalGrid else [[], once])
 
 
 @pytest.mark.parametrize("mid_run", [False, True], ids=["at discovery", "mid-run"])
@@ -347,6 +350,8 @@ def test_a_partition_whose_node_is_online_cannot_be_claimed(tmp_path: Path, mid_
     assert [(r["clients"], r["failures"]) for r in out] == [(3, 0), (3, 0)]
     assert (MessageType.TRAIN, ROGUE) not in grid.sent_to
     assert (MessageType.QUERY, ROGUE) in grid.sent_to
+    refused = ["node 1003: claims partition-id 0, which online node 1000 serves"]  # asked again at each refresh
+    assert [r.get("roster_refused") for r in out] == ([None] if mid_run else [refused]) + [refused]
 
 
 def test_an_offline_nodes_partition_goes_to_the_node_that_claims_it_next(tmp_path: Path) -> None:

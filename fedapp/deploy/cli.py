@@ -42,16 +42,19 @@ def cmd_connection(args: argparse.Namespace) -> int:
 
 
 def cmd_register(args: argparse.Namespace) -> int:
-    """Idempotent: a key the SuperLink already holds counts as registered (compose re-runs this)."""
-    from fedapp.deploy.commands import register_argv
+    """``PARTITION=KEY.pub`` binds the key to that partition (its registered name, fedapp.node_binding).
+    Idempotent: a key the SuperLink already holds counts as registered (compose re-runs this)."""
+    from fedapp.deploy.commands import register_argv, registration
 
-    for pub in args.public_keys:
-        proc = subprocess.run(register_argv(pub, args.connection, Path(pub).name.removesuffix(".pub")), capture_output=True, text=True)
+    keys = [registration(arg) for arg in args.public_keys]  # every argument checked before any is registered
+    for pub, name in keys:
+        proc = subprocess.run(register_argv(pub, args.connection, name), capture_output=True, text=True)
         out = proc.stdout + proc.stderr
         if proc.returncode != 0 and "already in use" not in out:
             print(out, end="", file=sys.stderr)
             return proc.returncode
-        print(out.strip() if proc.returncode == 0 else f"{pub}: already registered")
+        kept = f"{pub}: already registered (under the name it was registered with)"
+        print(f"{out.strip()} (name {name})" if proc.returncode == 0 else kept)
     return 0
 
 
@@ -176,7 +179,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
     p = dsub.add_parser("register", help="register SuperNode public keys with the SuperLink (flwr supernode register)")
     p.add_argument("--connection", required=True)
-    p.add_argument("public_keys", nargs="+")
+    p.add_argument(
+        "public_keys", nargs="+", metavar="[PARTITION=]KEY.pub",
+        help="a node's public key; PARTITION= binds it to that partition: the node may serve no other (docs/deploy.md)",
+    )  # fmt: skip
     p.set_defaults(fn=cmd_register)
 
     p = dsub.add_parser("superlink", help="run flower-superlink on loopback (HTTPS, node authentication, state database) behind the proxy")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from fedapp.deploy import DeployError
 from fedapp.deploy.files import check_private
+from fedapp.node_binding import binding_name
 
 NODE_KEYS = (
     "partition-id", "num-partitions", "data-root", "state-dir", "tier", "device-name", "device", "energy-sysfs-root", "energy-tegrastats",
@@ -99,6 +100,17 @@ def supernode_argv(
         return [*argv, "--insecure"]
     argv += ["--root-certificates", _need(Path(ca), "CA certificate")]
     return [*argv, "--auth-supernode-private-key", check_private(key, "SuperNode private key")] if key is not None else argv
+
+
+def registration(arg: str) -> tuple[str, str]:
+    """``KEY.pub`` or ``PARTITION=KEY.pub`` -> (key path, registered name): the key file's name,
+    with the partition binding appended where one is given (fedapp.node_binding)."""
+    part, sep, path = arg.partition("=")
+    if not sep or Path(arg).is_file():
+        return arg, Path(arg).name.removesuffix(".pub")
+    if not part.isdigit() or (len(part) > 1 and part.startswith("0")) or len(part) > 9:
+        raise DeployError(f"{arg!r}: expected KEY.pub or PARTITION=KEY.pub with PARTITION a partition-id (0, 1, ...)")
+    return path, binding_name(Path(path).name.removesuffix(".pub"), int(part))
 
 
 def register_argv(public_key: str | Path, connection: str, name: str = "") -> list[str]:
