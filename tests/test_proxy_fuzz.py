@@ -1,7 +1,7 @@
 """The real nginx proxy, configured by fedapp/deploy/proxy.py with certificates from
 fedapp/deploy/certs.py, in front of an upstream that records every byte it receives
 (tests/recording_upstream.py). Flower's own HTTP Fleet client calls every route through it,
-then ~1,700 generated raw requests (tests/proxy_cases.py) try every path, encoding, method,
+then 3,220 generated raw requests (tests/proxy_cases.py) try every path, encoding, method,
 version, header and framing trick. The upstream must receive exactly the allowed requests,
 each with a request line that is byte for byte ``POST <Fleet route> HTTP/1.1``, and nothing
 for the rest. A real SuperNode joining and training through the proxy is tests/test_deploy.py.
@@ -14,6 +14,7 @@ import re
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import typing
 from collections import Counter
@@ -45,6 +46,9 @@ class Proxy:
     upstream: RecordingUpstream
     ca: Path
     log: Path
+
+    def refusals(self) -> list[str]:
+        return [ln for ln in self.log.read_text(errors="replace").splitlines() if ln.startswith("fedapp-proxy refused ")]
 
     def send(self, raw: bytes, timeout: float = 5.0) -> bytes:
         """``raw`` over one TLS connection; everything the proxy answers until it closes."""
@@ -129,7 +133,7 @@ def test_flowers_fleet_client_reaches_every_route_unchanged(proxy: Proxy) -> Non
 
 def test_generated_requests_reach_the_upstream_only_as_allowed_fleet_routes(proxy: Proxy) -> None:
     generated = cases(proxy.port)
-    start = proxy.upstream.count()
+    start, logged = proxy.upstream.count(), len(proxy.refusals())
     refused, wrong, statuses = Counter[str](), [], Counter[str]()
     for case in generated:
         before = proxy.upstream.count()
@@ -137,19 +141,21 @@ def test_generated_requests_reach_the_upstream_only_as_allowed_fleet_routes(prox
         got = [(s.line, bytes(s.body)) for s in proxy.upstream.seen[before:]]
         codes = re.findall(rb"^HTTP/1\.[01] (\d{3})", answer, re.M)
         statuses.update(c.decode() for c in codes)
-        if got != list(case.forwards):
+        # a refusal is 4xx/5xx (505 for HTTP/2.0); an HTTP/0.9 request gets the refusal's body, no status line
+        refused_ok = case.forwards or all(c[:1] in (b"4", b"5") for c in codes)
+        if got != list(case.forwards) or not refused_ok:
             wrong.append((case.family, case.raw[:300], got, codes))
-        if not case.forwards:
-            refused[case.family] += 1
-            # nginx answers 4xx/5xx (505 for HTTP/2.0); an HTTP/0.9 request gets the refusal's body, no status line
-            if not all(c[:1] in (b"4", b"5") for c in codes):
-                wrong.append((case.family, case.raw[:300], got, codes))
+        refused[case.family] += not case.forwards
     time.sleep(0.5)  # anything forwarded late would show up now
     seen = proxy.upstream.seen[start:]
     expected = sum(len(c.forwards) for c in generated)
     n_refused = sum(refused.values())
-    print(f"\nproxy fuzz: {len(generated)} raw requests tried, {n_refused} refused {dict(refused)}")
+    print(f"\nproxy fuzz: {len(generated)} raw requests tried, {n_refused} refused {dict(+refused)}")
     print(f"{len(generated) - n_refused} well-formed forwarded; upstream got {len(seen)} requests; statuses {dict(statuses)}")
+    print(f"cases answered otherwise: {Counter(w[0] for w in wrong)}")
+    print(f"upstream request lines not allowed: {sum(s.line not in ALLOWED for s in seen)}")
+    n_logged = len(proxy.refusals()) - logged
+    print(f"refusals logged: {n_logged} (the requests pipelined behind a forwarded one too)")
     assert not wrong, f"{len(wrong)} cases: " + "\n".join(map(repr, wrong[:20]))
     assert len(seen) == expected and {s.line for s in seen} <= ALLOWED
     assert not proxy.upstream.errors, proxy.upstream.errors[:5]
@@ -157,6 +163,7 @@ def test_generated_requests_reach_the_upstream_only_as_allowed_fleet_routes(prox
         assert s.header(b"content-length") == [str(len(s.body)).encode()] and not s.header(b"upgrade") and not s.header(b"expect")
     # every byte the upstream connections carried was part of those requests, nothing between them
     assert sum(len(r) for r in proxy.upstream.raw) == proxy.upstream.framed
+    assert n_logged >= n_refused
 
 
 def test_refusals_are_logged_with_the_escaped_request_line(proxy: Proxy) -> None:
@@ -165,6 +172,18 @@ def test_refusals_are_logged_with_the_escaped_request_line(proxy: Proxy) -> None
         attack + b"\r\nHost: 127.0.0.1\r\nContent-Type: application/protobuf\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     )
     assert answer.startswith(b"HTTP/1.1 403 ")
-    time.sleep(0.3)
-    lines = [ln for ln in proxy.log.read_text(errors="replace").splitlines() if ln.startswith("fedapp-proxy refused ")]
-    assert f'fedapp-proxy refused 127.0.0.1 "{attack.decode()}" 403' in lines
+    assert f'fedapp-proxy refused 127.0.0.1 "{attack.decode()}" 403' in proxy.refusals()
+    nul = b"POST /v1/fleet/get-run\x00 HTTP/1.1"
+    assert proxy.send(nul + b"\r\nHost: 127.0.0.1\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    assert 'fedapp-proxy refused 127.0.0.1 "POST /v1/fleet/get-run\\x00 HTTP/1.1" 400' in proxy.refusals()
+
+
+def test_refusals_go_to_a_file_when_stderr_cannot_be_opened(tmp_path: Path) -> None:
+    """Under systemd's journal stderr is a socket, which open("/dev/stderr") refuses (nginx would not start)."""
+    code = "import sys; from fedapp.deploy.proxy import refusal_log; print(refusal_log(sys.argv[1]))"
+    argv = [sys.executable, "-c", code, str(tmp_path)]
+    left, right = socket.socketpair()
+    with left, right:
+        on_socket = subprocess.run(argv, stderr=right.fileno(), stdout=subprocess.PIPE, text=True)
+    on_file = subprocess.run(argv, capture_output=True, text=True)
+    assert (on_socket.stdout.strip(), on_file.stdout.strip()) == (str(tmp_path.resolve() / "refused.log"), "/dev/stderr")
