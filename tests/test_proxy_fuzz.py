@@ -1,5 +1,5 @@
-"""The real nginx proxy, configured by fedapp/deploy/proxy.py with certificates from
-fedapp/deploy/certs.py, in front of an upstream that records every byte it receives
+"""The real nginx proxy, started by `fedapp deploy proxy` (nginx.conf from fedapp/deploy/proxy.py)
+with certificates from fedapp/deploy/certs.py, in front of an upstream that records every byte it receives
 (tests/recording_upstream.py). Flower's own HTTP Fleet client calls every route through it,
 then 3,220 generated raw requests (tests/proxy_cases.py) try every path, encoding, method,
 version, header and framing trick. The upstream must receive exactly the allowed requests,
@@ -31,9 +31,9 @@ from flwr.supernode.fleet_http_client import FleetHttpClient
 from flwr.supernode.node_auth_http_interceptor import NodeAuthHttpInterceptor
 
 from fedapp.deploy.certs import make_certs
-from fedapp.deploy.proxy import FLEET_ROUTES, nginx_conf, proxy_argv, write_conf
+from fedapp.deploy.proxy import FLEET_ROUTES
 from tests.deploy_harness import stop_group
-from tests.flwr_harness import free_port
+from tests.flwr_harness import ROOT, free_port
 from tests.proxy_cases import ROUTES, cases
 from tests.recording_upstream import RecordingUpstream
 
@@ -69,13 +69,12 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
     tmp = tmp_path_factory.mktemp("proxy")
     tls = make_certs(["127.0.0.1"], tmp / "tls")
     upstream = RecordingUpstream(tls.server_cert, tls.server_key)
-    port, work = free_port(), tmp / "nginx"
-    write_conf(
-        work, nginx_conf(host="127.0.0.1", port=port, upstream=f"127.0.0.1:{upstream.port}", tls_dir=tls.ca_cert.parent, workdir=work)
-    )
-    log = tmp / "nginx.log"
+    port, log = free_port(), tmp / "proxy.log"
+    # `fedapp deploy proxy`, as an operator runs it: it writes nginx.conf (refusals to the stderr it shares with nginx)
+    argv = [sys.executable, "-m", "fedapp", "deploy", "proxy", "--tls", str(tls.ca_cert.parent), "--upstream", f"127.0.0.1:{upstream.port}"]
+    argv += ["--host", "127.0.0.1", "--port", str(port), "--proxy-dir", str(tmp / "nginx"), "--no-restart"]
     with log.open("ab") as fh:
-        nginx = subprocess.Popen(proxy_argv(work), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        nginx = subprocess.Popen(argv, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -178,12 +177,16 @@ def test_refusals_are_logged_with_the_escaped_request_line(proxy: Proxy) -> None
     assert 'fedapp-proxy refused 127.0.0.1 "POST /v1/fleet/get-run\\x00 HTTP/1.1" 400' in proxy.refusals()
 
 
-def test_refusals_go_to_a_file_when_stderr_cannot_be_opened(tmp_path: Path) -> None:
-    """Under systemd's journal stderr is a socket, which open("/dev/stderr") refuses (nginx would not start)."""
+def test_refusals_go_to_a_file_when_stderr_cannot_be_shared(tmp_path: Path) -> None:
+    """Under systemd's journal stderr is a socket, which open("/dev/stderr") refuses (nginx would
+    not start); on a file opened without append, nginx's lines and the others' would overwrite."""
     code = "import sys; from fedapp.deploy.proxy import refusal_log; print(refusal_log(sys.argv[1]))"
     argv = [sys.executable, "-c", code, str(tmp_path)]
+    fallback = str(tmp_path.resolve() / "refused.log")
     left, right = socket.socketpair()
     with left, right:
-        on_socket = subprocess.run(argv, stderr=right.fileno(), stdout=subprocess.PIPE, text=True)
-    on_file = subprocess.run(argv, capture_output=True, text=True)
-    assert (on_socket.stdout.strip(), on_file.stdout.strip()) == (str(tmp_path.resolve() / "refused.log"), "/dev/stderr")
+        assert subprocess.run(argv, stderr=right.fileno(), stdout=subprocess.PIPE, text=True).stdout.strip() == fallback
+    for mode, expected in (("wb", fallback), ("ab", "/dev/stderr")):
+        with (tmp_path / f"stderr-{mode}").open(mode) as err:
+            assert subprocess.run(argv, stderr=err, stdout=subprocess.PIPE, text=True).stdout.strip() == expected, mode
+    assert subprocess.run(argv, capture_output=True, text=True).stdout.strip() == "/dev/stderr"  # a pipe

@@ -11,7 +11,7 @@ URI, no other method or version), with a Content-Length, no Transfer-Encoding an
 protobuf body, and always to a fixed upstream path written into the configuration, never one
 built from the client's (decoded) path: nginx decodes ``%0d%0a`` in ``$uri``, and
 ``proxy_pass ...$uri`` once wrote a second request line into the upstream connection.
-Everything else is answered 403 (or 400/413/414 by nginx's own parser) and logged as
+Everything else is answered 403 (or 400/405/413/414/501/505 by nginx's parser) and logged as
 ``fedapp-proxy refused``. Flower checks each forwarded request's signature against the
 registered node keys. The operator reaches the Control API on the SuperLink host's
 loopback, there or through an SSH tunnel (docs/deploy.md).
@@ -19,11 +19,13 @@ loopback, there or through an SSH tunnel (docs/deploy.md).
 
 from __future__ import annotations
 
+import fcntl
 import grp
 import ipaddress
 import os
 import pwd
 import shutil
+import stat
 from pathlib import Path
 
 from fedapp.deploy import DeployError
@@ -131,7 +133,8 @@ http {{
         proxy_ssl_name {name};
         default_type text/plain;
         large_client_header_buffers 4 8k;  # a request line or header line over 8 KiB: 414/400
-        # refused before any location: framing the SuperNode never uses (it sends Content-Length)
+        # refused before any location: framing the SuperNode never uses (it sends Content-Length);
+        # nginx >= 1.21.1 answers Content-Length with Transfer-Encoding 400 itself, older ones let chunked win
         if ($http_transfer_encoding != "") {{ return 403; }}
         if ($http_content_length = "") {{ return 403; }}
         if ($content_type != "{CONTENT_TYPE}") {{ return 403; }}
@@ -158,9 +161,13 @@ def _fleet_locations() -> str:
 
 def refusal_log(workdir: str | Path) -> str:
     """Where nginx logs refusals: the stderr nginx inherits, when this process (the same user,
-    the same stderr) can open it, else ``workdir``/refused.log (stderr a socket, or another
-    user's pipe or terminal: nginx would fail to start)."""
+    the same stderr) can open it by path, else ``workdir``/refused.log. nginx would fail to
+    start on a socket (systemd's journal) or another user's pipe or terminal, and on a file
+    opened without append (``2>`` rather than ``2>>``) its lines and the other processes'
+    would overwrite each other."""
     try:
+        if stat.S_ISREG(os.fstat(2).st_mode) and not fcntl.fcntl(2, fcntl.F_GETFL) & os.O_APPEND:
+            raise OSError("stderr is a file opened without O_APPEND")
         with open("/dev/stderr", "ab"):
             return "/dev/stderr"
     except OSError:
