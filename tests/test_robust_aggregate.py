@@ -3,7 +3,10 @@ replies, `mean` against masked_mean bit for bit, and the run-config keys that ch
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,6 +14,7 @@ import pytest
 from fedapp.aggregate import Contribution, masked_mean
 from fedapp.config import ConfigError, RunConfig, parse
 from fedapp.robust import AGGREGATIONS, aggregate
+from tests.poisoning import run_poisoned
 
 
 def masked(weight: float, values: list[float], mask: list[int]) -> Contribution:
@@ -132,3 +136,71 @@ def test_config_offers_exactly_the_rules_robust_implements() -> None:
     for kind in AGGREGATIONS:
         assert parse(RunConfig, {"aggregation": kind}).aggregation == kind
     assert RunConfig().aggregation == "mean" and math.isclose(RunConfig().trim_fraction, 0.2)
+
+
+# -- whole runs: the real ClientApp on the in-process grid, one client poisoned (tests/poisoning.py) --
+
+DIGITS = {"dataset": "digits", "partition": "iid", "mlp-hidden": "64,64", "lr": 0.1}
+
+
+def run_rows(tmp_path: Path, name: str, attack: str, bad: set[int], rounds: set[int] | None = None, **over: Any) -> list[dict[str, Any]]:
+    out = run_poisoned({**DIGITS, "run-dir": str(tmp_path / name), **over}, attack, bad, rounds)
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_median_and_trimmed_mean_keep_accuracy_where_the_mean_is_poisoned(tmp_path: Path) -> None:
+    """4 IID clients, 10 rounds, partition 1 sends global - 10 x its update every round: the mean
+    falls to chance, median and trimmed mean learn; the rows name partition 1 as the anomaly."""
+    over = {"num-clients": 4, "num-server-rounds": 10}
+    honest = run_rows(tmp_path, "honest", "flip10", set(), **over)[-1]["accuracy"]
+    poisoned = {kind: run_rows(tmp_path, kind, "flip10", {1}, aggregation=kind, **over) for kind in ("mean", "median", "trimmed-mean")}
+    assert honest > 0.6
+    assert poisoned["mean"][-1]["accuracy"] < 0.2
+    for kind in ("median", "trimmed-mean"):
+        assert poisoned[kind][-1]["accuracy"] > honest - 0.2, kind
+    for kind, rows in poisoned.items():
+        for row in rows[:1] if kind == "mean" else rows:  # the mean's model is wrecked after round 1 (honest replies NaN)
+            scores = row["anomaly"]
+            assert (row["clients"], row["failures"]) == (4, 0)
+            assert max(scores, key=lambda p: scores[p]["norm_ratio"]) == "1", (kind, row["round"])
+            assert scores["1"]["norm_ratio"] > 5 and all(scores[p]["norm_ratio"] < 2 for p in "023")
+            if kind != "mean":
+                assert scores["1"]["trimmed"] > max(scores[p]["trimmed"] for p in "023")
+
+
+def test_a_step_just_under_the_bound_is_flagged_and_the_honest_clients_stay(tmp_path: Path) -> None:
+    """Partition 1 moves every entry by 0.99 x the step bound in round 1. Before: the mean blew the
+    loss to ~1e10 and from round 2 the three honest replies were the ones dropped. Now the
+    attacker's reply is the round's step outlier, and round 2 averages all four clients."""
+    rows = run_rows(tmp_path, "walk", "walk", {1}, {1}, **{"num-clients": 4, "num-server-rounds": 2})
+    assert (rows[0]["clients"], rows[0]["failed_pids"]) == (3, [1])
+    assert "step outlier" in rows[0]["failure_reasons"][0]
+    assert (rows[1]["clients"], rows[1]["failures"]) == (4, 0)
+    assert rows[1]["loss"] < 2.5
+
+
+def test_the_step_bound_scale_is_the_initial_models_and_cannot_be_walked(tmp_path: Path) -> None:
+    """Two clients (no median to compare with): partition 1's round-1 step of 0.99 x the bound is
+    averaged, moving the global model by ~5000. In round 2 it steps 0.99 x 10^4 x that raised
+    scale: refused, because the scale is still the initial model's (1)."""
+    rows = run_rows(tmp_path, "walk2", "walk", {1}, **{"num-clients": 2, "num-server-rounds": 2})
+    assert rows[0]["clients"] == 2
+    assert 1 in rows[1]["failed_pids"]
+    assert any("more than 10000 x the tensor's scale 1)" in r for r in rows[1]["failure_reasons"]), rows[1]["failure_reasons"]
+
+
+@pytest.mark.parametrize(
+    ("method", "kind"),
+    [("fedspu", "median"), ("fjord", "trimmed-mean"), ("feddrop", "norm-bound"), ("fedselect", "median"), ("fedpews", "trimmed-mean")],
+)
+def test_masked_methods_run_under_each_rule(tmp_path: Path, method: str, kind: str) -> None:
+    """Round 1's replies do not depend on the rule (every client starts from the same model), so
+    its coverage (which coordinates had a contributor) equals the mean's, and every client is scored."""
+    over = {"method": method, "num-clients": 3, "num-server-rounds": 2, "local-steps": 4, "mlp-hidden": "32"}
+    mean = run_rows(tmp_path, "mean", "flip", set(), **over)
+    robust = run_rows(tmp_path, kind, "flip", set(), aggregation=kind, **over)
+    assert robust[0]["coverage"] == mean[0]["coverage"]
+    for row in robust:
+        assert (row["clients"], row["failures"]) == (3, 0) and math.isfinite(row["loss"])
+        assert sorted(row["anomaly"]) == ["0", "1", "2"]
+        assert (kind == "norm-bound") or all("trimmed" in s for s in row["anomaly"].values())
