@@ -143,7 +143,10 @@ def test_config_offers_exactly_the_rules_robust_implements() -> None:
 DIGITS = {"dataset": "digits", "partition": "iid", "mlp-hidden": "64,64", "lr": 0.1}
 
 
-def run_rows(tmp_path: Path, name: str, attack: str, bad: set[int], rounds: set[int] | None = None, **over: Any) -> list[dict[str, Any]]:
+Rows = list[dict[str, Any]]
+
+
+def run_rows(tmp_path: Path, name: str, attack: str, bad: set[int], over: dict[str, Any], rounds: set[int] | None = None) -> Rows:
     out = run_poisoned({**DIGITS, "run-dir": str(tmp_path / name), **over}, attack, bad, rounds)
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
@@ -151,9 +154,9 @@ def run_rows(tmp_path: Path, name: str, attack: str, bad: set[int], rounds: set[
 def test_median_and_trimmed_mean_keep_accuracy_where_the_mean_is_poisoned(tmp_path: Path) -> None:
     """4 IID clients, 10 rounds, partition 1 sends global - 10 x its update every round: the mean
     falls to chance, median and trimmed mean learn; the rows name partition 1 as the anomaly."""
-    over = {"num-clients": 4, "num-server-rounds": 10}
-    honest = run_rows(tmp_path, "honest", "flip10", set(), **over)[-1]["accuracy"]
-    poisoned = {kind: run_rows(tmp_path, kind, "flip10", {1}, aggregation=kind, **over) for kind in ("mean", "median", "trimmed-mean")}
+    over: dict[str, Any] = {"num-clients": 4, "num-server-rounds": 10}
+    honest = run_rows(tmp_path, "honest", "flip10", set(), over)[-1]["accuracy"]
+    poisoned = {kind: run_rows(tmp_path, kind, "flip10", {1}, {**over, "aggregation": kind}) for kind in ("mean", "median", "trimmed-mean")}
     assert honest > 0.6
     assert poisoned["mean"][-1]["accuracy"] < 0.2
     for kind in ("median", "trimmed-mean"):
@@ -172,7 +175,7 @@ def test_a_step_just_under_the_bound_is_flagged_and_the_honest_clients_stay(tmp_
     """Partition 1 moves every entry by 0.99 x the step bound in round 1. Before: the mean blew the
     loss to ~1e10 and from round 2 the three honest replies were the ones dropped. Now the
     attacker's reply is the round's step outlier, and round 2 averages all four clients."""
-    rows = run_rows(tmp_path, "walk", "walk", {1}, {1}, **{"num-clients": 4, "num-server-rounds": 2})
+    rows = run_rows(tmp_path, "walk", "walk", {1}, {"num-clients": 4, "num-server-rounds": 2}, rounds={1})
     assert (rows[0]["clients"], rows[0]["failed_pids"]) == (3, [1])
     assert "step outlier" in rows[0]["failure_reasons"][0]
     assert (rows[1]["clients"], rows[1]["failures"]) == (4, 0)
@@ -183,7 +186,7 @@ def test_the_step_bound_scale_is_the_initial_models_and_cannot_be_walked(tmp_pat
     """Two clients (no median to compare with): partition 1's round-1 step of 0.99 x the bound is
     averaged, moving the global model by ~5000. In round 2 it steps 0.99 x 10^4 x that raised
     scale: refused, because the scale is still the initial model's (1)."""
-    rows = run_rows(tmp_path, "walk2", "walk", {1}, **{"num-clients": 2, "num-server-rounds": 2})
+    rows = run_rows(tmp_path, "walk2", "walk", {1}, {"num-clients": 2, "num-server-rounds": 2})
     assert rows[0]["clients"] == 2
     assert 1 in rows[1]["failed_pids"]
     assert any("more than 10000 x the tensor's scale 1)" in r for r in rows[1]["failure_reasons"]), rows[1]["failure_reasons"]
@@ -196,9 +199,9 @@ def test_the_step_bound_scale_is_the_initial_models_and_cannot_be_walked(tmp_pat
 def test_masked_methods_run_under_each_rule(tmp_path: Path, method: str, kind: str) -> None:
     """Round 1's replies do not depend on the rule (every client starts from the same model), so
     its coverage (which coordinates had a contributor) equals the mean's, and every client is scored."""
-    over = {"method": method, "num-clients": 3, "num-server-rounds": 2, "local-steps": 4, "mlp-hidden": "32"}
-    mean = run_rows(tmp_path, "mean", "flip", set(), **over)
-    robust = run_rows(tmp_path, kind, "flip", set(), aggregation=kind, **over)
+    over: dict[str, Any] = {"method": method, "num-clients": 3, "num-server-rounds": 2, "local-steps": 4, "mlp-hidden": "32"}
+    mean = run_rows(tmp_path, "mean", "flip", set(), over)
+    robust = run_rows(tmp_path, kind, "flip", set(), {**over, "aggregation": kind})
     assert robust[0]["coverage"] == mean[0]["coverage"]
     for row in robust:
         assert (row["clients"], row["failures"]) == (3, 0) and math.isfinite(row["loss"])
