@@ -203,8 +203,8 @@ class RunConfig:
     server_lr: float = key(1.0, positive, "global learning rate applied to the pseudo-gradient")
     aggregation: str = key(
         "mean", one_of("mean", "trimmed-mean", "median", "norm-bound"),
-        "how replies are combined per coordinate over its contributors: the weighted mean, or a rule one bad client "
-        "cannot steer alone (fedapp/robust.py, docs/faults.md)",
+        "how each coordinate's contributors are combined: the weighted mean, or a rule that limits what a minority "
+        "of bad clients can do (docs/faults.md)",
     )  # fmt: skip
     trim_fraction: float = key(
         0.2, rule("a number in (0, 0.5)", lambda v: 0 < v < 0.5),

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fedapp.cli import main
 from fedapp.report_anomaly import most_anomalous
 
@@ -32,6 +34,13 @@ def test_most_anomalous_is_the_largest_mean_norm_ratio_with_its_means() -> None:
     assert pid == "1"
     assert s == {"rounds": 2, "norm_ratio": 7.0, "cosine": -0.7, "clip": 0.6}
     assert most_anomalous([{"round": 1, "accuracy": 0.1}]) is None
+    split = [  # client 0 steps furthest, client 2 points against the aggregate
+        {"round": 1, "anomaly": {"0": {"norm_ratio": 4.0, "cosine": 0.9}, "2": {"norm_ratio": 1.0, "cosine": -0.5}}},
+        {"round": 2, "anomaly": {"0": {"norm_ratio": 2.0, "cosine": 0.5}, "2": {"norm_ratio": 1.0, "cosine": -0.9}}},
+    ]
+    assert most_anomalous(split) == ("0", {"rounds": 2, "norm_ratio": 3.0, "cosine": pytest.approx(0.7)})
+    assert most_anomalous(split, lowest_cosine=True) == ("2", {"rounds": 2, "norm_ratio": 1.0, "cosine": pytest.approx(-0.7)})
+    assert most_anomalous(ROWS, lowest_cosine=True) == ("1", {"rounds": 2, "norm_ratio": 7.0, "cosine": -0.7, "clip": 0.6})
 
 
 def test_report_shows_the_section_only_for_runs_with_scores(tmp_path: Path) -> None:
@@ -39,7 +48,7 @@ def test_report_shows_the_section_only_for_runs_with_scores(tmp_path: Path) -> N
     plain = write_run(tmp_path / "old", {"method": "fedavg", "seed": 1}, [{"round": 1, "accuracy": 0.2}])
     assert main(["report", str(scored), str(plain), "--out", str(tmp_path / "rep")]) == 0
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "| nb | norm-bound | 1 | 2 | 7.000 | -0.700 | — | 0.600 | 3 (2) |" in md
+    assert "| nb | norm-bound | 1 | 2 | 7.000 | -0.700 | — | 0.600 | 1 (-0.700) | 3 (2) |" in md
     assert "| old |" not in md.split("Most anomalous client per run:")[1].split("\n\n")[1]
     assert main(["report", str(plain), "--out", str(tmp_path / "rep2")]) == 0
     assert "Most anomalous" not in (tmp_path / "rep2" / "report.md").read_text()
