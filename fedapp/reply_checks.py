@@ -171,9 +171,11 @@ def step_outliers(steps: list[float]) -> dict[int, str]:
 
 
 def aggregate_fault(new: dict[str, np.ndarray]) -> str | None:
-    """Why the aggregate must not be installed, or None. Its step needs no second bound: a
-    weighted mean of replies within MAX_STEP of the global model is within it too, scaled by
-    server-lr; what remains is float32 overflow (a large server-lr), which leaves inf or NaN."""
+    """Why the aggregate must not be installed, or None. Its step needs no second bound: every
+    ``aggregation`` rule's value lies within its contributors' values (a weighted mean, a median
+    or trimmed mean, or a mean of replies pulled toward the global model), so within MAX_STEP of
+    the global model too, scaled by server-lr; what remains is float32 overflow (a large
+    server-lr), which leaves inf or NaN."""
     for name, arr in new.items():
         if is_averaged(arr) and not np.isfinite(arr).all():
             return f"{name}: non-finite values"

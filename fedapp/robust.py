@@ -29,6 +29,7 @@ trimmed-mean) = the share of its sent coordinates whose value did not enter the 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -64,28 +65,38 @@ def aggregate(
     return agg, [{**s, **e} if s else {} for s, e in zip(scores, extra, strict=True)]
 
 
-def updates(global_arrays: dict[str, np.ndarray], c: Contribution) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
-    """Per float tensor the contribution sent: its update (values - global, float64, 1-D) and its flat mask."""
-    out = {}
+def flats(global_arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The float tensors of the global model, flat (views, in their own dtype)."""
+    return {k: g.reshape(-1) for k, g in global_arrays.items() if is_averaged(g)}
+
+
+def updates(flat: dict[str, np.ndarray], c: Contribution) -> Iterator[tuple[str, np.ndarray, np.ndarray | None]]:
+    """Per float tensor the contribution sent: its name, update (values - global at the sent
+    coordinates, 1-D, in the tensor's dtype: the scores need no float64 copy of every reply) and flat mask."""
     for name, values in c.values.items():
-        g = global_arrays.get(name)
-        if g is None or not is_averaged(g):
+        g = flat.get(name)
+        if g is None:
             continue
-        flat = g.reshape(-1).astype(np.float64)
         mask = c.masks.get(name)
         mask = None if mask is None else mask.reshape(-1)
-        out[name] = (values.reshape(-1).astype(np.float64) - (flat if mask is None else flat[mask]), mask)
-    return out
+        yield name, values.reshape(-1) - (g if mask is None else g[mask]), mask
 
 
-def update_norm(global_arrays: dict[str, np.ndarray], c: Contribution) -> float:
-    return math.sqrt(sum(float(np.dot(d, d)) for d, _ in updates(global_arrays, c).values()))
+def dot(a: np.ndarray, b: np.ndarray) -> float:
+    """``a . b`` in the arrays' dtype (fast), redone in float64 where float32 overflowed."""
+    out = float(np.dot(a, b))
+    return out if math.isfinite(out) else float(np.dot(a.astype(np.float64), b.astype(np.float64)))
+
+
+def update_norm(flat: dict[str, np.ndarray], c: Contribution) -> float:
+    return math.sqrt(sum(dot(d, d) for _, d, _ in updates(flat, c)))
 
 
 def bound_norms(global_arrays: dict[str, np.ndarray], contributions: list[Contribution], factor: float) -> list[Contribution]:
     """Each contribution whose update norm exceeds ``factor`` x the median norm (over contributions of
     weight > 0), with its update scaled down to that bound; the others unchanged (the same objects)."""
-    norms = [update_norm(global_arrays, c) if c.weight > 0 else 0.0 for c in contributions]
+    flat = flats(global_arrays)
+    norms = [update_norm(flat, c) if c.weight > 0 else 0.0 for c in contributions]
     live = [n for n, c in zip(norms, contributions, strict=True) if c.weight > 0]
     if not live:
         return list(contributions)
@@ -97,9 +108,8 @@ def bound_norms(global_arrays: dict[str, np.ndarray], contributions: list[Contri
             continue
         s = bound / norm
         values = dict(c.values)
-        for name, (d, mask) in updates(global_arrays, c).items():
-            flat = global_arrays[name].reshape(-1).astype(np.float64)
-            base = flat if mask is None else flat[mask]
+        for name, d, mask in updates(flat, c):
+            base = flat[name] if mask is None else flat[name][mask]
             values[name] = (base + s * d).astype(c.values[name].dtype).reshape(c.values[name].shape)
         out.append(Contribution(c.weight, values, c.masks))
     return out
@@ -107,8 +117,9 @@ def bound_norms(global_arrays: dict[str, np.ndarray], contributions: list[Contri
 
 def bounded_scale(global_arrays: dict[str, np.ndarray], original: Contribution, bounded: Contribution) -> float:
     """The factor a contribution's update was scaled by (as sent after rounding to its dtype)."""
-    before = update_norm(global_arrays, original)
-    return round(update_norm(global_arrays, bounded) / before, 4) if before > 0 else 1.0
+    flat = flats(global_arrays)
+    before = update_norm(flat, original)
+    return round(update_norm(flat, bounded) / before, 4) if before > 0 else 1.0
 
 
 def coordinate_wise(
@@ -177,18 +188,20 @@ def anomaly(global_arrays: dict[str, np.ndarray], contributions: list[Contributi
     """Per contribution of weight > 0: its update norm over the round's median (``norm_ratio``) and
     the cosine of its update to the aggregate's step over the coordinates it sent (0 where
     either is zero); ``{}`` for a contribution of weight 0."""
-    step = {n: new[n].reshape(-1).astype(np.float64) - g.reshape(-1).astype(np.float64) for n, g in global_arrays.items() if is_averaged(g)}
+    flat = flats(global_arrays)
+    step = {n: new[n].reshape(-1) - g for n, g in flat.items()}
+    dense_sq = {n: dot(a, a) for n, a in step.items()}
     norms: list[float] = []
     cosines: list[float] = []
     for c in contributions:
-        dot = own = agg = 0.0
-        for name, (d, mask) in updates(global_arrays, c).items():
+        along = own = agg = 0.0
+        for name, d, mask in updates(flat, c):
             a = step[name] if mask is None else step[name][mask]
-            dot += float(np.dot(d, a))
-            own += float(np.dot(d, d))
-            agg += float(np.dot(a, a))
+            along += dot(d, a)
+            own += dot(d, d)
+            agg += dense_sq[name] if mask is None else dot(a, a)
         norms.append(math.sqrt(own))
-        cosines.append(dot / math.sqrt(own * agg) if own > 0 and agg > 0 else 0.0)
+        cosines.append(along / math.sqrt(own * agg) if own > 0 and agg > 0 else 0.0)
     live = [n for n, c in zip(norms, contributions, strict=True) if c.weight > 0]
     median = float(np.median(live)) if live else 0.0
     out: list[dict[str, Any]] = []
