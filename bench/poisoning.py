@@ -87,7 +87,9 @@ def run_cell(cell: dict[str, Any]) -> dict[str, Any]:
     for row in rows:
         scores = row.get("anomaly") or {}
         if scores:
-            named = {max(scores, key=lambda p: scores[p].get("norm_ratio") or 0.0), min(scores, key=lambda p: scores[p]["cosine"])}
+            norm = {p: s.get("norm_ratio") or 0.0 for p, s in scores.items()}
+            cosine = {p: 1.0 if s.get("cosine") is None else s["cosine"] for p, s in scores.items()}
+            named = {max(norm, key=norm.__getitem__), min(cosine, key=cosine.__getitem__)}
             for pid in named:
                 top[pid] = top.get(pid, 0) + 1
     return {
@@ -143,9 +145,8 @@ def tables(results: list[dict[str, Any]], rounds: int) -> str:
 
 def aggregation_ms() -> str:
     """Milliseconds per ``aggregate`` call for each rule, 10 dense float32 replies."""
-    shapes = {"digits MLP 64-64": {"0.weight": (64, 64), "0.bias": (64,), "2.weight": (64, 64), "2.bias": (64,), "4.weight": (10, 64),
-                                   "4.bias": (10,)},
-              "10^6 parameters": {"w": (1000, 1000)}}  # fmt: skip
+    mlp = {"0.weight": (64, 64), "0.bias": (64,), "2.weight": (64, 64), "2.bias": (64,), "4.weight": (10, 64), "4.bias": (10,)}
+    shapes: dict[str, dict[str, tuple[int, ...]]] = {"digits MLP 64-64": mlp, "10^6 parameters": {"w": (1000, 1000)}}
     rng = np.random.default_rng(0)
     lines = ["aggregate() alone, 10 dense replies: ms per call (median of 5)", "", "| model | " + " | ".join(RULES) + " |",
              "|---|" + "---|" * len(RULES)]  # fmt: skip

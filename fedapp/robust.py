@@ -83,9 +83,11 @@ def updates(flat: dict[str, np.ndarray], c: Contribution) -> Iterator[tuple[str,
 
 
 def dot(a: np.ndarray, b: np.ndarray) -> float:
-    """``a . b`` in the arrays' dtype (fast), redone in float64 where float32 overflowed."""
-    out = float(np.dot(a, b))
-    return out if math.isfinite(out) else float(np.dot(a.astype(np.float64), b.astype(np.float64)))
+    """``a . b`` in the arrays' dtype (fast), redone in float64 where float32 overflowed
+    (still inf or NaN where an entry is: a non-finite aggregate, which is never installed)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = float(np.dot(a, b))
+        return out if math.isfinite(out) else float(np.dot(a.astype(np.float64), b.astype(np.float64)))
 
 
 def update_norm(flat: dict[str, np.ndarray], c: Contribution) -> float:
@@ -189,10 +191,11 @@ def anomaly(global_arrays: dict[str, np.ndarray], contributions: list[Contributi
     the cosine of its update to the aggregate's step over the coordinates it sent (0 where
     either is zero); ``{}`` for a contribution of weight 0."""
     flat = flats(global_arrays)
-    step = {n: new[n].reshape(-1) - g for n, g in flat.items()}
+    with np.errstate(over="ignore", invalid="ignore"):
+        step = {n: new[n].reshape(-1) - g for n, g in flat.items()}
     dense_sq = {n: dot(a, a) for n, a in step.items()}
     norms: list[float] = []
-    cosines: list[float] = []
+    cosines: list[float | None] = []
     for c in contributions:
         along = own = agg = 0.0
         for name, d, mask in updates(flat, c):
@@ -201,7 +204,8 @@ def anomaly(global_arrays: dict[str, np.ndarray], contributions: list[Contributi
             own += dot(d, d)
             agg += dense_sq[name] if mask is None else dot(a, a)
         norms.append(math.sqrt(own))
-        cosines.append(along / math.sqrt(own * agg) if own > 0 and agg > 0 else 0.0)
+        cosine = along / math.sqrt(own * agg) if own > 0 and agg > 0 else 0.0
+        cosines.append(cosine if math.isfinite(cosine) else None)  # None (null): the aggregate was not finite
     live = [n for n, c in zip(norms, contributions, strict=True) if c.weight > 0]
     median = float(np.median(live)) if live else 0.0
     out: list[dict[str, Any]] = []
@@ -210,5 +214,5 @@ def anomaly(global_arrays: dict[str, np.ndarray], contributions: list[Contributi
             out.append({})
             continue
         ratio = norm / median if median > 0 else (1.0 if norm == 0 else None)
-        out.append({"norm_ratio": None if ratio is None else round(ratio, 4), "cosine": round(cos, 4)})
+        out.append({"norm_ratio": None if ratio is None else round(ratio, 4), "cosine": None if cos is None else round(cos, 4)})
     return out

@@ -124,6 +124,16 @@ def test_one_poisoned_reply_of_four_cannot_move_median_or_trimmed_mean_far() -> 
     assert scores[3]["norm_ratio"] > 8
 
 
+def test_scores_of_a_non_finite_aggregate_stay_valid_json() -> None:
+    """server-lr 1e300 overflows float32 (the strategy then keeps the old model): the scores say
+    null for the cosine instead of writing NaN into the row."""
+    for kind in AGGREGATIONS:
+        agg, scores = aggregate(kind, G, REPLIES, server_lr=1e300)
+        assert not np.isfinite(agg.arrays["w"]).all()
+        assert all(s["cosine"] is None and s["norm_ratio"] is not None for s in scores), kind
+        json.dumps(scores, allow_nan=False)
+
+
 @pytest.mark.parametrize(
     ("key", "value"), [("aggregation", "krum"), ("trim-fraction", 0.5), ("trim-fraction", 0.0), ("norm-bound-factor", 0.0)]
 )
