@@ -201,6 +201,18 @@ class RunConfig:
     momentum: float = key(0.0, half_open_unit)
     weight_decay: float = key(0.0, non_negative)
     server_lr: float = key(1.0, positive, "global learning rate applied to the pseudo-gradient")
+    aggregation: str = key(
+        "mean", one_of("mean", "trimmed-mean", "median", "norm-bound"),
+        "how each coordinate's contributors are combined: the weighted mean, or a rule that limits what a minority "
+        "of bad clients can do (docs/faults.md)",
+    )  # fmt: skip
+    trim_fraction: float = key(
+        0.2, rule("a number in (0, 0.5)", lambda v: 0 < v < 0.5),
+        "trimmed-mean: share of each coordinate's values dropped at each end (the median where that drops none)",
+    )  # fmt: skip
+    norm_bound_factor: float = key(
+        2.0, positive, "norm-bound: each reply's update is scaled down to at most this multiple of the round's median update norm"
+    )
     proximal_mu: float = key(0.01, non_negative, "FedProx proximal weight, used when method or base is fedprox")
     client_weighting: str = key("num-examples", one_of("num-examples", "uniform"))
     fraction_train: float = key(1.0, fraction, "share of clients sampled per round")

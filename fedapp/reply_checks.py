@@ -16,16 +16,20 @@ node must not poison or crash the run):
   ``upload_allowed``, e.g. FedPart's layer group, a personalised client's global part, a
   sub-model's kept neurons).
 * Step size ("exploding"): no entry of a reply moves further from the global model than
-  ``MAX_STEP`` times the tensor's scale, max(1, largest |entry| of that tensor in the global
-  model). An honest local run moves weights by lr x steps x gradient, orders of magnitude
-  below that bound (docs/faults.md gives the largest ratio measured over every config in
-  configs/); weights beyond it make the next rounds' forward passes overflow float32.
+  ``MAX_STEP`` times the tensor's scale, max(1, largest |entry| of that tensor in the
+  *initial* model): the strategy keeps it from round 1, so an aggregate a client has pushed
+  up cannot raise it. An honest local run moves weights by lr x steps x gradient, orders of
+  magnitude below that bound (docs/faults.md gives the largest ratio measured over every config
+  in configs/); weights beyond it make the next rounds' forward passes overflow float32.
+* Step outlier: no reply steps more than ``STEP_SPREAD`` times further than the round's median
+  reply (a reply at or below the median never does, so only a minority can be flagged).
 * Aggregate: finite, or not installed (the round keeps the previous model).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
@@ -37,6 +41,7 @@ MAX_METRICS = 256  # honest replies carry about 20 (training, timing, energy)
 MAX_KEY = 200  # characters of a metric name
 NPY_HEADER = 1024  # bytes an .npy header may add to an array's data (numpy writes 128 for small shapes)
 MAX_STEP = 1e4
+STEP_SPREAD = 1e3  # a reply stepping this many times further than the round's median reply is an outlier
 
 
 class ReplyError(ValueError):
@@ -128,15 +133,20 @@ def scales(arrays: dict[str, np.ndarray]) -> dict[str, float]:
     return {k: max(1.0, float(np.abs(v).max(initial=0.0))) for k, v in arrays.items() if is_averaged(v)}
 
 
-def reply_step(contribution: Contribution, global_np: dict[str, np.ndarray], scale: dict[str, float]) -> None:
-    """Raise if some sent entry lies further than MAX_STEP x scale from its global value."""
+def tensor_steps(contribution: Contribution, global_np: dict[str, np.ndarray], scale: dict[str, float]) -> Iterator[tuple[str, float]]:
+    """Per float tensor the reply sent: the largest distance of a sent entry from its global value."""
     for name, values in contribution.values.items():
         if name not in scale:
             continue
         ref = global_np[name].reshape(-1)
         mask = contribution.masks.get(name)
         base = ref if mask is None else ref[mask.reshape(-1)]
-        step = float(np.abs(values.reshape(-1) - base).max(initial=0.0))  # an overflow to inf fails the bound, as it should
+        yield name, float(np.abs(values.reshape(-1) - base).max(initial=0.0))  # an overflow to inf fails the bound, as it should
+
+
+def reply_step(contribution: Contribution, global_np: dict[str, np.ndarray], scale: dict[str, float]) -> None:
+    """Raise if some sent entry lies further than MAX_STEP x scale from its global value."""
+    for name, step in tensor_steps(contribution, global_np, scale):
         if step > MAX_STEP * scale[name]:
             raise ReplyError(f"{name}: an entry moves by {step:.3g}, more than {MAX_STEP:g} x the tensor's scale {scale[name]:.3g}")
 
@@ -166,10 +176,34 @@ def within_task(contribution: Contribution, allowed: dict[str, np.ndarray] | Non
         raise ReplyError(f"values: {sum(outside.values())} entries outside its task in {len(outside)} tensors ({shown})")
 
 
+def step_of(contribution: Contribution, global_np: dict[str, np.ndarray], scale: dict[str, float]) -> float:
+    """A reply's step: its largest entry step in units of that tensor's scale (0: it sent no float entry)."""
+    return max((step / scale[name] for name, step in tensor_steps(contribution, global_np, scale)), default=0.0)
+
+
+def step_outliers(steps: list[float]) -> dict[int, str]:
+    """The replies (by index) whose step exceeds STEP_SPREAD x the round's median step, each with
+    its reason. A reply at or below the median never qualifies, so fewer than half of the
+    replies can: the majority is never flagged. With two replies the median is their mean, which
+    no step exceeds STEP_SPREAD times; with a median step of 0 nothing is flagged."""
+    if len(steps) < 3:
+        return {}
+    median = float(np.median(steps))
+    if median <= 0:
+        return {}
+    return {
+        i: f"step {s:.3g} is {s / median:.3g} x the round's median step {median:.3g} (at most {STEP_SPREAD:g} x)"
+        for i, s in enumerate(steps)
+        if s > STEP_SPREAD * median
+    }
+
+
 def aggregate_fault(new: dict[str, np.ndarray]) -> str | None:
-    """Why the aggregate must not be installed, or None. Its step needs no second bound: a
-    weighted mean of replies within MAX_STEP of the global model is within it too, scaled by
-    server-lr; what remains is float32 overflow (a large server-lr), which leaves inf or NaN."""
+    """Why the aggregate must not be installed, or None. Its step needs no second bound: every
+    ``aggregation`` rule's value lies within its contributors' values (a weighted mean, a median
+    or trimmed mean, or a mean of replies pulled toward the global model), so within MAX_STEP of
+    the global model too, scaled by server-lr; what remains is float32 overflow (a large
+    server-lr), which leaves inf or NaN."""
     for name, arr in new.items():
         if is_averaged(arr) and not np.isfinite(arr).all():
             return f"{name}: non-finite values"

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fedapp.methods.metric_names import CLIENT_ACTIVE_FRACTION, ES_ROUND_CODE
+from fedapp.report_anomaly import anomaly_table
 from fedapp.report_plot import plot
 from fedapp.report_provenance import provenance
 from fedapp.report_sections import group_target, per_seed_table, warmup_table
@@ -180,6 +181,9 @@ def report(
         md += "\n" + per_seed_table(groups, target, key)
     if warmup:
         md += "\n" + warmup_table(groups)
+    anomalies = anomaly_table(runs)
+    if anomalies:
+        md += "\n" + anomalies
     md += "\n" + provenance(groups, ignore)
     out = Path(out_dir)
     png = plot(groups, out / f"{key}.png", key, direction)

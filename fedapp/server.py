@@ -19,7 +19,7 @@ import torch
 from flwr.app import ConfigRecord
 from flwr.serverapp import Grid
 
-from fedapp import checkpoint, rundir, wire
+from fedapp import checkpoint, reply_checks, rundir, wire
 from fedapp.client_config_errors import stop_on_config_errors
 from fedapp.config import ConfigError, RunConfig
 from fedapp.data import Dataset, check_partition, dataset_for
@@ -142,6 +142,7 @@ CORE_KEYS = frozenset({
     "round", "accuracy", "loss", "clients", "failures", "bytes_up", "bytes_up_eval", "bytes_down", "coverage",
     "failed_pids", "failure_reasons", "eval_failures", "personalized_accuracy", "personalized_accuracy_min",
     "personalized_accuracy_max", "evaluated_clients", "aggregate_rejected", "train_seconds", "seconds", "roster_refused",
+    "anomaly",
 })  # fmt: skip
 """The round loop's own metrics.jsonl keys; a method's metrics may not reuse one, nor one of the
 time and energy keys the ledger adds after them (fedapp.energy.ledger; checked in ``rounds``)."""
@@ -179,6 +180,7 @@ def rounds(
     ledger = Ledger()
     policy = method.server(cfg, params, initial, roster.info, model)
     strategy = MaskedStrategy(cfg, policy, roster.nodes)
+    strategy.scale = reply_checks.scales(initial)  # the step bound's unit, from the initial model in every round (also on resume)
     arrays, first, token, done = initial, 1, checkpoint.new_token(cfg.run_dir), False
     if ckpt is not None:
         arrays, first, token, done = ckpt.arrays, ckpt.round + 1, ckpt.token, ckpt.finished

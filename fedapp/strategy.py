@@ -29,8 +29,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from fedapp import reply_checks as checks
-from fedapp import wire
-from fedapp.aggregate import masked_mean
+from fedapp import robust, wire
 from fedapp.config import RunConfig
 from fedapp.data.sizes import split_sizes
 from fedapp.methods.base import NodeTask, Reply, ServerPolicy
@@ -52,15 +51,19 @@ class RoundStats:
     reasons: list[str] = field(default_factory=list)
     failed_pids: list[int] = field(default_factory=list)
     client_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+    anomaly: dict[int, dict[str, Any]] = field(default_factory=dict)  # per partition: fedapp.robust.anomaly's score
 
     def row(self, more_reasons: Iterable[str] = ()) -> dict[str, Any]:
         """The row's core round keys; ``more_reasons`` (the evaluation's) follow this round's own."""
         reasons = [*self.reasons, *more_reasons]
-        return {
+        row = {
             "clients": self.clients, "failures": self.failures, "bytes_up": self.bytes_up,
             "bytes_up_eval": self.bytes_up_eval, "bytes_down": self.bytes_down, "coverage": self.coverage,
             "failed_pids": self.failed_pids, "failure_reasons": [r[:300] for r in reasons],
         }  # fmt: skip
+        if self.anomaly:
+            row["anomaly"] = {str(pid): score for pid, score in sorted(self.anomaly.items())}
+        return row
 
 
 @dataclass
@@ -115,7 +118,8 @@ class MaskedStrategy(Strategy):
     # -- training -------------------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         self.global_np = wire.from_record(arrays)
-        self.scale = checks.scales(self.global_np)
+        if not self.scale:  # the initial model's (server.rounds sets it, also on resume): never raised by an aggregate
+            self.scale = checks.scales(self.global_np)
         self.limits = wire.byte_limits(self.global_np)
         chosen = self.policy.select(server_round, sorted(self.nodes), self.rng)
         self.stats = RoundStats()
@@ -169,7 +173,7 @@ class MaskedStrategy(Strategy):
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> RoundResult:  # type: ignore[override]
         """Decode, check and average the replies; a RoundResult unpacks as Flower's (arrays, metrics)."""
-        ok: list[Reply] = []
+        decoded: list[tuple[Message, Reply]] = []
         received = 0
         stats = self.stats
         for msg in replies:
@@ -178,9 +182,15 @@ class MaskedStrategy(Strategy):
                 self._fail(f"node {msg.metadata.src_node_id}: {msg.error.reason}")
                 continue
             try:
-                reply = self.decode(msg, server_round)
+                decoded.append((msg, self.decode(msg, server_round)))
             except Exception as err:  # anything wrong with one node's reply is that node's failure
                 self._fail(f"node {msg.metadata.src_node_id}: bad reply dropped ({describe(err)})")
+        steps = [checks.step_of(reply.contribution, self.global_np, self.scale) for _, reply in decoded]
+        outliers = checks.step_outliers(steps)
+        ok: list[Reply] = []
+        for i, (msg, reply) in enumerate(decoded):
+            if i in outliers:
+                self._fail(f"node {msg.metadata.src_node_id}: bad reply dropped (step outlier: {outliers[i]})")
                 continue
             stats.bytes_up += record_bytes(msg.content, skip=self.policy.eval_records)
             stats.bytes_up_eval += record_bytes(msg.content, only=self.policy.eval_records)
@@ -195,7 +205,9 @@ class MaskedStrategy(Strategy):
             log.warning("round %d: %d replies < min-replies %d; global model unchanged", server_round, len(ok), self.cfg.min_replies)
             return RoundResult(None, counted, stats)
         lr = self.policy.server_lr(server_round)
-        agg = masked_mean(self.global_np, [r.contribution for r in ok], lr)
+        cfg, contributions = self.cfg, [r.contribution for r in ok]
+        agg, scores = robust.aggregate(cfg.aggregation, self.global_np, contributions, lr, cfg.trim_fraction, cfg.norm_bound_factor)
+        stats.anomaly = {r.pid: score for r, score in zip(ok, scores, strict=True) if score}
         fault = checks.aggregate_fault(agg.arrays)
         if fault is not None:
             stats.reasons.append(f"round {server_round}: aggregate rejected, global model unchanged ({fault})")
