@@ -22,14 +22,16 @@ it becomes a path.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import time
 import zipfile
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-from flwr.app import ArrayRecord, Context
+from flwr.app import Context
 
 from fedapp.atomic import write_atomic
 from fedapp.wire import from_record, to_record
@@ -72,49 +74,87 @@ class StateStore(Protocol):
 
 
 class ContextStore:
-    """One ArrayRecord per partition and key in ``context.state`` (``fedapp-<partition>/<key>``)."""
+    """One ArrayRecord per partition and slot in ``context.state`` (``fedapp-<partition>`` and
+    ``fedapp-<partition>.prev``), its entries named ``<key>/<array name>`` as in a state file."""
 
     def __init__(self, context: Context) -> None:
         self.context = context
 
+    def name(self, partition: int, slot: str = "") -> str:
+        return f"fedapp-{partition}" + (f".{slot}" if slot else "")
+
     def load(self, partition: int, key: str) -> dict[str, np.ndarray]:
-        rec = self.context.state.array_records.get(f"fedapp-{partition}/{check_key(key)}")
-        return from_record(rec) if rec is not None else {}
+        return record_of(self.read(partition), key)
 
     def save(self, partition: int, key: str, arrays: dict[str, np.ndarray]) -> None:
         self.save_all(partition, {key: arrays})
 
     def save_all(self, partition: int, records: dict[str, dict[str, np.ndarray]]) -> None:
-        for key, arrays in records.items():
-            self.context.state[f"fedapp-{partition}/{check_key(key)}"] = to_record(arrays) if arrays else ArrayRecord()
+        self.write(partition, "", replace_records(self.read(partition), records))
+
+    def read(self, partition: int, slot: str = "") -> dict[str, np.ndarray]:
+        rec = self.context.state.array_records.get(self.name(partition, slot))
+        return from_record(rec) if rec is not None else {}
+
+    def write(self, partition: int, slot: str, entries: dict[str, np.ndarray]) -> None:
+        self.context.state[self.name(partition, slot)] = to_record(entries)
+
+    def move(self, partition: int, src: str, dst: str) -> None:
+        records = self.context.state.array_records
+        if self.name(partition, src) in records:
+            self.context.state[self.name(partition, dst)] = records[self.name(partition, src)]
+            del self.context.state[self.name(partition, src)]
+
+    def drop(self, partition: int, slot: str) -> None:
+        if self.name(partition, slot) in self.context.state.array_records:
+            del self.context.state[self.name(partition, slot)]
+
+    def set_aside(self, partition: int, slot: str) -> tuple[str, str]:
+        """Forget a slot that failed its checks; returns (what it was, where it went)."""
+        self.drop(partition, slot)
+        return f"Context.state record {self.name(partition, slot)!r}", "dropped"
 
 
 class DiskStore:
-    """One uncompressed ``.npz`` per client holding every record as ``<key>/<array name>`` entries,
-    replaced atomically on save. A file with an entry outside any record was written by an older
-    fedapp (one unkeyed dict per client): it is refused with a message, never read as empty state."""
+    """One uncompressed ``.npz`` per client and slot (``client-<p>.npz``, ``client-<p>.prev.npz``)
+    holding every record as ``<key>/<array name>`` entries, replaced atomically. A file with an
+    entry outside any record was written by an older fedapp (one unkeyed dict per client): it is
+    refused with a message, never read as empty state."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
 
-    def path(self, partition: int) -> Path:
-        return self.root / f"client-{partition}.npz"
+    def path(self, partition: int, slot: str = "") -> Path:
+        return self.root / (f"client-{partition}" + (f".{slot}" if slot else "") + ".npz")
 
     def load(self, partition: int, key: str) -> dict[str, np.ndarray]:
-        prefix = check_key(key) + "/"
-        return {name[len(prefix) :]: a for name, a in self._read(partition).items() if name.startswith(prefix)}
+        return record_of(self.read(partition), key)
 
     def save(self, partition: int, key: str, arrays: dict[str, np.ndarray]) -> None:
         self.save_all(partition, {key: arrays})
 
     def save_all(self, partition: int, records: dict[str, dict[str, np.ndarray]]) -> None:
-        replaced = {check_key(k) + "/" for k in records}
-        kept = {n: a for n, a in self._read(partition).items() if not n.startswith(tuple(replaced))}
-        fresh = {f"{key}/{name}": a for key, arrays in records.items() for name, a in arrays.items()}
-        save_npz_atomic(self.path(partition), {**kept, **fresh})
+        self.write(partition, "", replace_records(self.read(partition), records))
 
-    def _read(self, partition: int) -> dict[str, np.ndarray]:
-        p = self.path(partition)
+    def write(self, partition: int, slot: str, entries: dict[str, np.ndarray]) -> None:
+        save_npz_atomic(self.path(partition, slot), entries)
+
+    def move(self, partition: int, src: str, dst: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(self.path(partition, src), self.path(partition, dst))
+
+    def drop(self, partition: int, slot: str) -> None:
+        self.path(partition, slot).unlink(missing_ok=True)
+
+    def set_aside(self, partition: int, slot: str) -> tuple[str, str]:
+        """Rename a file that failed its checks to ``<name>.bad-<UTC time>``; returns (file, new name)."""
+        p = self.path(partition, slot)
+        aside = p.with_name(f"{p.name}.bad-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+        os.replace(p, aside)
+        return str(p), aside.name
+
+    def read(self, partition: int, slot: str = "") -> dict[str, np.ndarray]:
+        p = self.path(partition, slot)
         if not p.exists():
             return {}
         try:
@@ -134,6 +174,19 @@ class DiskStore:
                 "this run cannot be resumed with this version; start it afresh (overwrite=true or a new run-dir)"
             )
         return arrays
+
+
+def record_of(entries: dict[str, np.ndarray], key: str) -> dict[str, np.ndarray]:
+    """One record's arrays out of a slot's ``<key>/<name>`` entries."""
+    prefix = check_key(key) + "/"
+    return {name[len(prefix) :]: a for name, a in entries.items() if name.startswith(prefix)}
+
+
+def replace_records(entries: dict[str, np.ndarray], records: dict[str, dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """``entries`` with each record of ``records`` replaced (an empty dict removes it), every other entry kept."""
+    replaced = tuple(check_key(k) + "/" for k in records)
+    kept = {n: a for n, a in entries.items() if not n.startswith(replaced)}
+    return {**kept, **{f"{key}/{name}": a for key, arrays in records.items() for name, a in arrays.items()}}
 
 
 def unkeyed_files(folder: Path) -> list[Path]:

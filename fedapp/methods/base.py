@@ -24,6 +24,7 @@ from fedapp.config import RunConfig
 from fedapp.data import ClientData
 from fedapp.data.on_device import ClientTensors
 from fedapp.state import StateStore
+from fedapp.state_rounds import Schema
 from fedapp.train import ExtraLoss, TrainSettings, TrainStats, proximal_term, trainer
 
 Scalar = bool | int | float | str
@@ -201,6 +202,12 @@ class ClientPolicy:
     def evaluate(self, job: ClientJob) -> dict[str, float]:
         """Accuracy of the model the client would use, on its local test split."""
         return local_test_scores(job.model, job)
+
+    def state_schema(self, model: nn.Module, initial: Mapping[str, np.ndarray]) -> Schema:
+        """Per state key the arrays (name -> shape, dtype) this method's records must hold: a stored
+        record that differs is refused before use (fedapp.state_rounds); undeclared records are
+        checked for finiteness only. FedAvg keeps no state."""
+        return {}
 
 
 def local_test_scores(model: nn.Module, job: ClientJob) -> dict[str, float]:
