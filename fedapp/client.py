@@ -74,8 +74,7 @@ def load_global(pm: ProcessModel, content: RecordDict) -> dict[str, np.ndarray]:
     return received
 
 
-def make_job(msg: Message, context: Context, evaluating: bool = False) -> tuple[ClientJob, ClientPolicy]:
-    """``evaluating``: an evaluate message, which sees the state its round's training saved."""
+def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
     cfg, method, params = resolve_once(context.run_config)
     cfg = node_local(cfg, context.node_config)
     configure_threads(cfg.num_threads)
@@ -93,7 +92,7 @@ def make_job(msg: Message, context: Context, evaluating: bool = False) -> tuple[
     policy = method.client(cfg, params)
     lineage = Lineage.parse(str(config.get("state-lineage", "")))
     slots = state_store(cfg, context, str(config.get("run-token", "")))
-    store = RoundStore(slots, server_round, lineage, evaluating, policy.state_schema(pm.model, pm.initial))
+    store = RoundStore(slots, server_round, lineage, policy.state_schema(pm.model, pm.initial))
     data = client_tensors(cfg, pid, device)
     job = ClientJob(cfg, params, pid, server_round, config, records, pm.model, pm.initial, received, data, store, gen, device)  # type: ignore[arg-type]
     return job, policy
@@ -115,7 +114,7 @@ def handle_train(msg: Message, context: Context) -> Message:
 
 
 def handle_evaluate(msg: Message, context: Context) -> Message:
-    job, policy = make_job(msg, context, evaluating=True)
+    job, policy = make_job(msg, context)
     meter = client_meter(job.cfg, context.node_config, job.device)
     with phase(meter) as window:
         metrics = policy.evaluate(job)

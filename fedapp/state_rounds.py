@@ -2,10 +2,9 @@
 
 Each save in round R writes a version stamped with R and the *attempt* (one per server start)
 that wrote it, into the store's current slot; the newest version older than R moves to the
-``prev`` slot first. A message of round R reads the newest version it may see: older than R
-for training, up to R for evaluation (which follows that round's training). Two versions
-suffice: a kill -9 during round R+1 leaves, per client, at most one version newer than the
-checkpoint (R+1), and the one before it is kept.
+``prev`` slot first. A message reads the newest version that belongs to the run (below). Two
+versions suffice: a kill -9 during round R+1 leaves, per client, at most one version newer
+than the checkpoint (R+1, in the current slot), and the one before it is kept.
 
 Which versions count comes from the server's *lineage*: the first round of every attempt
 (``1:,6:9f3a01`` = the run started at round 1, was resumed at round 6 by attempt ``9f3a01``).
@@ -78,14 +77,11 @@ def stamp(entries: Mapping[str, np.ndarray]) -> tuple[int, str]:
 
 
 class RoundStore:
-    """The StateStore one message uses: ``load`` sees the newest version of the run before
-    ``server_round`` (``through_round``: up to it), ``save``/``save_all`` write version ``server_round``."""
+    """The StateStore one message of round ``server_round`` uses: ``load`` sees the newest version
+    that belongs to the run, ``save``/``save_all`` write version ``server_round``."""
 
-    def __init__(
-        self, slots: DiskStore | ContextStore, server_round: int, lineage: Lineage, through_round: bool = False, schema: Schema | None = None
-    ) -> None:
+    def __init__(self, slots: DiskStore | ContextStore, server_round: int, lineage: Lineage, schema: Schema | None = None) -> None:
         self.slots, self.round, self.lineage, self.schema = slots, server_round, lineage, schema or {}
-        self.last = server_round if through_round else server_round - 1  # the newest round a load may see
         self._base: dict[int, dict[str, np.ndarray]] = {}
         self._read: dict[tuple[int, str], dict[str, np.ndarray]] = {}
 
@@ -105,7 +101,7 @@ class RoundStore:
             found: dict[str, np.ndarray] = {}
             for slot in ("", PREV):
                 entries = self.read(partition, slot)
-                if entries and self.belongs(entries) and stamp(entries)[0] <= self.last:
+                if entries and self.belongs(entries):
                     self.check(partition, slot, entries)
                     found = entries
                     break
