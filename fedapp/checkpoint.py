@@ -128,6 +128,18 @@ def check_compatible(run_dir: str | Path, config: dict[str, Any], ckpt: Checkpoi
         )
 
 
+def check_state_kept(info: dict[int, dict[str, Any]]) -> None:
+    """Refuse to resume a method with client state whose nodes kept it in Context.state: outside the
+    in-process engine that memory belongs to the old Flower run, so every client would start afresh."""
+    lost = sorted(pid for pid, facts in info.items() if facts.get("state-store") == "context")
+    if lost:
+        raise ConfigError(
+            f"resume=true: the node of partition {lost[0]} ({len(lost)} of {len(info)} nodes) kept its client state in Context.state "
+            "(state-store = 'context', or 'auto' without a node-config state-dir), which ended with the interrupted run: resuming "
+            "would restart those clients from scratch. Start afresh (overwrite=true); give nodes a state-dir to make runs resumable"
+        )
+
+
 def check_contents(run_dir: str | Path, ckpt: Checkpoint, initial: dict[str, np.ndarray], num_rounds: int) -> None:
     """What a resumed run takes from a checkpoint must be what this run would have written:
     round 1..num-server-rounds, the model's exact arrays (names, shapes, dtypes), finite floats,

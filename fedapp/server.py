@@ -99,6 +99,8 @@ def serve(
         if ckpt is not None:
             checkpoint.check_compatible(run_dir, config, ckpt)
             checkpoint.check_contents(run_dir, ckpt, initial, cfg.num_server_rounds)
+            if getattr(grid, "context_state", None) is None and method.client(cfg, params).state_schema(model, initial):
+                checkpoint.check_state_kept(roster.info)  # client state in a SuperNode's memory is gone
             old = unkeyed_files(run_dir / rundir.CLIENT_STATE / ckpt.token)
             if old:
                 raise ConfigError(
@@ -224,6 +226,8 @@ def rounds(
         done = policy.finished(rnd)
         if context_state is not None:
             context_state.save(Path(cfg.run_dir) / rundir.CLIENT_STATE / token)
-        ckpt_now = checkpoint.Checkpoint(rnd, arrays, policy.state(), strategy.rng.getstate(), token, done, config, lineage_key.get("state-lineage", ""))
-        checkpoint.save(cfg.run_dir, ckpt_now)
+        lineage_text = lineage_key.get("state-lineage", "")
+        checkpoint.save(
+            cfg.run_dir, checkpoint.Checkpoint(rnd, arrays, policy.state(), strategy.rng.getstate(), token, done, config, lineage_text)
+        )
     writer.save_model(policy.eval_arrays(arrays))  # the model that was evaluated

@@ -45,7 +45,7 @@ class Lineage:
         """``"1:,6:9f3a01"`` (from the server's message config); '' is a fresh run."""
         if not text:
             return cls()
-        starts = []
+        starts: list[tuple[int, str]] = []
         for part in text.split(","):
             first, _, attempt = part.partition(":")
             if not first.isdigit() or not ATTEMPT_RE.fullmatch(attempt) or (starts and int(first) <= starts[-1][0]):

@@ -11,7 +11,7 @@ loading (strategy.py and client.py do); the metrics a server policy returns from
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +76,11 @@ class ClientJob:
     def to_device(self, masks: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         """Host (wire or state store) masks as tensors on the job's device."""
         return {n: torch.from_numpy(m).to(self.device) for n, m in masks.items()}
+
+
+def shaped_like(arrays: Mapping[str, np.ndarray], names: Iterable[str] | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """A state record's declaration (``ClientPolicy.state_schema``): the names, shapes and dtypes of ``arrays``."""
+    return {n: (arrays[n].shape, arrays[n].dtype) for n in (arrays if names is None else names)}
 
 
 def on(a: np.ndarray | torch.Tensor, device: torch.device) -> torch.Tensor:
