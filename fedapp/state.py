@@ -3,11 +3,13 @@
 A client's state is a set of named records, each a dict of arrays: ``store.load(partition,
 key)`` and ``store.save(partition, key, arrays)`` (``save_all`` for several records that must
 change together), so each method names its own records and never filters or merges another's.
-Two stores with one interface:
+Two stores with one interface, each holding per partition two *slots* (the current version
+and ``prev``; fedapp.state_rounds decides which one a message reads):
 
 * ``ContextStore`` keeps arrays in Flower's ``Context.state`` (per run, per node;
-  shipped with every message in deployment, lost when a SuperNode restarts).
-* ``DiskStore`` writes one ``.npz`` per client under a folder (the run folder in
+  shipped with every message in deployment, lost when a SuperNode restarts; the in-process
+  engine writes it beside each checkpoint, fedapp.engine.context_state).
+* ``DiskStore`` writes one ``.npz`` per client and slot under a folder (the run folder in
   simulation, the node's ``state-dir`` in deployment), atomically, so state survives
   restarts and memory does not grow with thousands of simulated clients.
 
@@ -16,8 +18,9 @@ that round's message with an error naming it, and is moved aside to ``<name>.cor
 the client starts afresh the next round, as after a lost state-dir (every method already
 handles that). Failing the round puts the file's name in the server's failure_reasons, where
 the operator sees it; keeping it failing would lose the client for the rest of the run.
-The run token that names a run's state folder comes from the server and is checked before
-it becomes a path.
+A file that reads but holds wrong values is handled the same way one level up
+(fedapp.state_rounds: ``*.bad-<time>``). The run token that names a run's state folder
+comes from the server and is checked before it becomes a path.
 """
 
 from __future__ import annotations
