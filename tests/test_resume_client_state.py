@@ -18,11 +18,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from flwr.app import Context, RecordDict
 
 from fedapp import checkpoint
 from fedapp.engine.run_local import run_local
-from fedapp.state import DiskStore
-from fedapp.state_rounds import ATTEMPT, PREV, stamp
+from fedapp.state import ContextStore, DiskStore
+from fedapp.state_rounds import ATTEMPT, PREV, Lineage, RoundStore, stamp
 from tests.run_rows import outcome_rows
 
 N, ROUNDS, KILL_ROUND, KILL_AT = 5, 4, 3, 3
@@ -76,3 +77,21 @@ def test_a_run_killed_mid_round_resumes_with_every_clients_state(tmp_path: Path,
         for k, v in entries.items():
             np.testing.assert_array_equal(v, got[name][k], err_msg=f"{name} {k}")
     assert {stamp(e)[0] for e in got.values()} >= {KILL_ROUND, ROUNDS}  # versions of the redone round survive as such
+
+
+@pytest.mark.parametrize("make", ["disk", "context"])
+def test_a_version_an_interrupted_start_saved_is_ignored_even_where_the_redo_skips_that_client(tmp_path: Path, make: str) -> None:
+    """Versions by hand: rounds 1-3 saved by the first start (killed in round 3, checkpoint 2),
+    the resumed start ("ab", from round 3) first trains this client in round 4."""
+    slots = DiskStore(tmp_path) if make == "disk" else ContextStore(Context(1, 7, {"partition-id": 0}, RecordDict(), {}))
+    for rnd in (1, 2, 3):
+        RoundStore(slots, rnd, Lineage()).save(0, "w", {"v": np.array([rnd])})
+    resumed = Lineage.parse("1:,3:ab")
+    r4 = RoundStore(slots, 4, resumed)
+    assert r4.load(0, "w")["v"].tolist() == [2]  # not the killed start's round 3
+    r4.save(0, "w", {"v": np.array([4])})
+    assert stamp(slots.read(0)) == (4, "ab") and stamp(slots.read(0, PREV)) == (2, "")
+    assert RoundStore(slots, 5, Lineage.parse("1:,3:ab,5:cd")).load(0, "w")["v"].tolist() == [4]  # a second resume
+    for bad in ("x", "1:,1:ab", "1:,3:AB", "3:ab,1:"):
+        with pytest.raises(ValueError, match="state-lineage"):
+            Lineage.parse(bad)
