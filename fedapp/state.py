@@ -206,6 +206,7 @@ def unkeyed_files(folder: Path) -> list[Path]:
     return old
 
 
-def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Write ``path`` so that a crash leaves either the old file or the new one, never half."""
-    write_atomic(path, lambda fh: np.savez(fh, **arrays))  # type: ignore[arg-type]
+def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray], sync: bool = True) -> None:
+    """Write ``path`` so that a crash leaves either the old file or the new one, never half
+    (``sync=False``: the caller syncs, fedapp.atomic.sync_files)."""
+    write_atomic(path, lambda fh: np.savez(fh, **arrays), sync=sync)  # type: ignore[arg-type]

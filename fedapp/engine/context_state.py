@@ -4,7 +4,8 @@ A killed process loses its nodes' Contexts, and with them the state of every cli
 the ``context`` store. The server loop calls ``save`` just before each checkpoint and ``restore``
 on resume; both use the run folder's client-state folder in the disk store's file layout
 (``client-<p>.npz``, ``client-<p>.prev.npz``), so the files read like a disk-store run's. Only
-slots that changed since the last save are written, ``prev`` slots before current ones: a kill
+slots that changed since the last save are written (a current file that became the previous
+version is renamed), ``prev`` slots before current ones, and synced together at the end: a kill
 in the middle leaves each client's previous version on disk (fedapp.state_rounds).
 """
 
@@ -16,7 +17,8 @@ from typing import Any
 
 from flwr.app import ArrayRecord, Context
 
-from fedapp.state import ContextStore, DiskStore
+from fedapp.atomic import sync_files
+from fedapp.state import ContextStore, DiskStore, save_npz_atomic
 from fedapp.state_rounds import PREV
 from fedapp.wire import from_record
 
@@ -38,16 +40,24 @@ class ContextState:
         return [(int(c.node_config["partition-id"]), ContextStore(c)) for c in self.contexts.values()]  # type: ignore[call-overload]
 
     def save(self, folder: Path) -> None:
-        disk = DiskStore(folder)
+        disk, written = DiskStore(folder), []
         for slot in (PREV, ""):
             for pid, store in self.stores():
                 rec = store.context.state.array_records.get(store.name(pid, slot))
                 if rec is None:
                     if self.saved.pop((pid, slot), None) is not None:
                         disk.drop(pid, slot)
-                elif self.saved.get((pid, slot)) is not rec:
-                    disk.write(pid, slot, from_record(rec))
+                elif self.saved.get((pid, slot)) is rec:
+                    continue
+                elif slot == PREV and self.saved.get((pid, "")) is rec:  # the current file became the previous version
+                    disk.move(pid, "", PREV)
+                    self.saved[pid, PREV] = self.saved.pop((pid, ""))
+                else:
+                    save_npz_atomic(disk.path(pid, slot), from_record(rec), sync=False)
+                    written.append(disk.path(pid, slot))
                     self.saved[pid, slot] = rec
+        if written:
+            sync_files(written)  # before the checkpoint that counts on them
 
     def restore(self, folder: Path) -> None:
         disk = DiskStore(folder)
