@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NoReturn
 
 import numpy as np
 
@@ -70,10 +71,14 @@ class Lineage:
 
 
 def stamp(entries: Mapping[str, np.ndarray]) -> tuple[int, str]:
-    """A version's (round, attempt); an unstamped slot (written without versions) is round 0."""
+    """A version's (round, attempt); an unstamped slot (written without versions) is round 0.
+    ValueError for a stamp this module did not write."""
     if ROUND not in entries:
         return 0, ""
-    return int(np.asarray(entries[ROUND]).reshape(-1)[0]), str(entries.get(ATTEMPT, np.array("")))
+    r, attempt = entries[ROUND], entries.get(ATTEMPT, np.array(""))
+    if r.shape != (1,) or r.dtype.kind not in "iu" or attempt.shape != () or attempt.dtype.kind != "U":
+        raise ValueError(f"version stamp {ROUND!r} {r.dtype}{list(r.shape)}, {ATTEMPT!r} {attempt.dtype}{list(attempt.shape)}")
+    return int(r[0]), str(attempt)
 
 
 class RoundStore:
@@ -95,13 +100,24 @@ class RoundStore:
         r, attempt = stamp(entries)
         return self.lineage.owner(r) == attempt
 
+    def follows(self, entries: Mapping[str, np.ndarray]) -> bool:
+        """A version of this run older than this message's round (one with a bad stamp is not)."""
+        try:
+            return bool(entries) and self.belongs(entries) and stamp(entries)[0] < self.round
+        except ValueError:
+            return False
+
     def base(self, partition: int) -> dict[str, np.ndarray]:
         """The newest version this message may use ({} if none), checked once per message."""
         if partition not in self._base:
             found: dict[str, np.ndarray] = {}
             for slot in ("", PREV):
                 entries = self.read(partition, slot)
-                if entries and self.belongs(entries):
+                try:
+                    mine = bool(entries) and self.belongs(entries)
+                except ValueError as err:
+                    self.fail(partition, slot, str(err))
+                if mine:
                     self.check(partition, slot, entries)
                     found = entries
                     break
@@ -112,12 +128,14 @@ class RoundStore:
         """Finite floats, declared records as declared; else move the version aside and fail this message."""
         problem = bad_entry(entries, self.schema)
         if problem:
-            what, aside = self.slots.set_aside(partition, slot)
-            self._read.pop((partition, slot), None)
-            raise StateError(
-                f"client state {what} (round {stamp(entries)[0]}): {problem}; moved to {aside}, "
-                "the client continues from its previous state or afresh next round"
-            )
+            self.fail(partition, slot, f"(round {stamp(entries)[0]}): {problem}")
+
+    def fail(self, partition: int, slot: str, problem: str) -> NoReturn:
+        what, aside = self.slots.set_aside(partition, slot)
+        self._read.pop((partition, slot), None)
+        raise StateError(
+            f"client state {what} {problem}; moved to {aside}, the client continues from its previous state or afresh next round"
+        )
 
     def load(self, partition: int, key: str) -> dict[str, np.ndarray]:
         return record_of(self.base(partition), key)
@@ -128,13 +146,10 @@ class RoundStore:
     def save_all(self, partition: int, records: dict[str, dict[str, np.ndarray]]) -> None:
         base = {n: a for n, a in self.base(partition).items() if not n.startswith("@/")}
         new = {**replace_records(base, records), ROUND: np.array([self.round], np.int64), ATTEMPT: np.array(self.lineage.attempt)}
-        current = self.read(partition, "")
-        if current and self.belongs(current) and stamp(current)[0] < self.round:
+        if self.follows(self.read(partition, "")):
             self.slots.move(partition, "", PREV)  # the version this one follows: kept until the next save
-        else:
-            prev = self.read(partition, PREV)
-            if prev and not (self.belongs(prev) and stamp(prev)[0] < self.round):
-                self.slots.drop(partition, PREV)  # a killed attempt's
+        elif self.read(partition, PREV) and not self.follows(self.read(partition, PREV)):
+            self.slots.drop(partition, PREV)  # a killed attempt's
         self.slots.write(partition, "", new)
         self._read.pop((partition, PREV), None)
         self._read[partition, ""] = self._base[partition] = new
@@ -152,7 +167,7 @@ def bad_entry(entries: Mapping[str, np.ndarray], schema: Schema) -> str:
             continue
         if set(got) != set(want):
             odd = sorted(set(got) ^ set(want))[0]
-            return f"record {key!r} has entries {sorted(got)[:4]}..., expected {sorted(want)[:4]}... (first difference {odd!r})"
+            return f"record {key!r}: entry {odd!r} {'is not expected' if odd in got else 'is missing'}"
         for name, (shape, dtype) in want.items():
             if got[name].shape != tuple(shape) or got[name].dtype != dtype:
                 return f"entry '{key}/{name}' is {got[name].dtype}{list(got[name].shape)}, expected {np.dtype(dtype)}{list(shape)}"

@@ -16,8 +16,8 @@ from fedapp.config import ConfigError
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config, run_local
 from fedapp.server import serve
-from fedapp.state import DiskStore
-from fedapp.state_rounds import stamp
+from fedapp.state import DiskStore, StateError
+from fedapp.state_rounds import ATTEMPT, ROUND, Lineage, RoundStore, stamp
 from tests.run_rows import outcome_rows
 
 FEDAVG = {"dataset": "digits", "num-clients": 2, "lr": 0.2, "local-steps": 2}
@@ -111,3 +111,12 @@ def test_resume_refuses_client_state_that_lived_in_a_finished_runs_memory(tmp_pa
     with pytest.raises(ConfigError, match=r"resume=true: the node of partition 0 \(3 of 3 nodes\) kept its client state in Context.state"):
         serve(grid, raw, base=tmp_path)
     assert [r["round"] for r in outcome_rows(run)] == [1]
+
+
+def test_a_version_with_a_stamp_fedapp_never_writes_is_moved_aside_and_named(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path)
+    store.write(0, "", {"w/v": np.zeros(2), ROUND: np.array([1, 2]), ATTEMPT: np.array("")})
+    with pytest.raises(StateError, match=r"client-0.npz version stamp '@/round' int64\[2\].*moved to client-0.npz.bad-"):
+        RoundStore(store, 3, Lineage()).load(0, "w")
+    assert store.read(0) == {} and len(list(tmp_path.glob("client-0.npz.bad-*"))) == 1
+    assert RoundStore(store, 3, Lineage()).load(0, "w") == {}  # the next message starts afresh
