@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import re
 import secrets
 import time
@@ -27,7 +28,8 @@ import numpy as np
 
 from fedapp.config import ConfigError
 from fedapp.rundir import CLIENT_STATE
-from fedapp.state import save_npz_atomic
+from fedapp.state import save_npz_atomic, token_folder
+from fedapp.state_rounds import Lineage
 
 FILE = "checkpoint.npz"
 # keys a resumed run may change: how long to run and wait, not what is learned
@@ -45,6 +47,7 @@ class Checkpoint:
     token: str
     finished: bool = False  # the method stopped early (e.g. FedSPU early stopping)
     config: dict[str, Any] | None = None  # the run's resolved config less RESUMABLE (None: an older checkpoint)
+    lineage: str = ""  # the server starts whose client-state versions count (fedapp.state_rounds.Lineage; '' = one)
 
 
 def learned(config: dict[str, Any]) -> dict[str, Any]:
@@ -65,6 +68,8 @@ def new_token(run_dir: str | Path) -> str:
 def save(run_dir: str | Path, ckpt: Checkpoint) -> Path:
     version, internal, gauss = ckpt.rng
     meta: dict[str, Any] = {"round": ckpt.round, "token": ckpt.token, "finished": ckpt.finished, "rng": [version, list(internal), gauss]}
+    if ckpt.lineage:
+        meta["lineage"] = ckpt.lineage
     if ckpt.config is not None:
         meta.update({"config": learned(ckpt.config), "config-hash": config_hash(ckpt.config)})
     payload = {f"global/{k}": v for k, v in ckpt.arrays.items()}
@@ -88,7 +93,8 @@ def load(run_dir: str | Path) -> Checkpoint | None:
             policy = {k.removeprefix("policy/"): data[k] for k in data.files if k.startswith("policy/")}
         version, internal, gauss = meta["rng"]
         rng = (version, tuple(internal), gauss)
-        return Checkpoint(int(meta["round"]), arrays, policy, rng, str(meta["token"]), bool(meta["finished"]), meta.get("config"))
+        lineage = str(meta.get("lineage", ""))
+        return Checkpoint(int(meta["round"]), arrays, policy, rng, str(meta["token"]), bool(meta["finished"]), meta.get("config"), lineage)
     except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as err:
         raise ConfigError(f"checkpoint {path} is damaged or not a fedapp checkpoint ({err}); move it away, or set overwrite=true") from None
 
@@ -120,3 +126,46 @@ def check_compatible(run_dir: str | Path, config: dict[str, Any], ckpt: Checkpoi
             f"resume=true: run-config key '{first}' = {new.get(first)!r} differs from {old.get(first)!r} in {where}{more}; "
             f"a resumed run may change only {', '.join(sorted(RESUMABLE))} (use another run-dir for a new run)"
         )
+
+
+def check_state_kept(info: dict[int, dict[str, Any]]) -> None:
+    """Refuse to resume a method with client state whose nodes kept it in Context.state: outside the
+    in-process engine that memory belongs to the old Flower run, so every client would start afresh."""
+    lost = sorted(pid for pid, facts in info.items() if facts.get("state-store") == "context")
+    if lost:
+        raise ConfigError(
+            f"resume=true: the node of partition {lost[0]} ({len(lost)} of {len(info)} nodes) kept its client state in Context.state "
+            "(state-store = 'context', or 'auto' without a node-config state-dir), which ended with the interrupted run: resuming "
+            "would restart those clients from scratch. Start afresh (overwrite=true); give nodes a state-dir to make runs resumable"
+        )
+
+
+def check_contents(run_dir: str | Path, ckpt: Checkpoint, initial: dict[str, np.ndarray], num_rounds: int) -> None:
+    """What a resumed run takes from a checkpoint must be what this run would have written:
+    round 1..num-server-rounds, the model's exact arrays (names, shapes, dtypes), finite floats,
+    a sampler state, a run token and lineage the clients accept. Checked before any training."""
+    where = Path(run_dir) / FILE
+
+    def bad(what: str) -> ConfigError:
+        return ConfigError(f"checkpoint {where}: {what}; move it away, or set overwrite=true")
+
+    if not 1 <= ckpt.round <= num_rounds:
+        raise bad(f"round {ckpt.round} is outside 1..{num_rounds} (num-server-rounds)")
+    if set(ckpt.arrays) != set(initial):
+        odd = sorted(set(ckpt.arrays) ^ set(initial))[0]
+        raise bad(f"array {odd!r} is {'not in the model' if odd in ckpt.arrays else 'missing'}")
+    for name, want in initial.items():
+        got = ckpt.arrays[name]
+        if got.shape != want.shape or got.dtype != want.dtype:
+            raise bad(f"array {name!r} is {got.dtype}{list(got.shape)}, the model's is {want.dtype}{list(want.shape)}")
+        if got.dtype.kind in "fc" and not np.isfinite(got).all():
+            raise bad(f"array {name!r} has {int((~np.isfinite(got)).sum())} non-finite values")
+    for name, a in ckpt.policy.items():
+        if a.dtype.kind in "fc" and not np.isfinite(a).all():
+            raise bad(f"method state {name!r} has non-finite values")
+    try:
+        random.Random().setstate(ckpt.rng)
+        token_folder(".", ckpt.token)
+        Lineage.parse(ckpt.lineage)
+    except (TypeError, ValueError) as err:
+        raise bad(str(err)) from None

@@ -28,10 +28,11 @@ from fedapp.energy.phases import client_meter, phase, phase_metrics
 from fedapp.methods.base import ClientJob, ClientPolicy
 from fedapp.rundir import CLIENT_STATE
 from fedapp.runtime import configure_threads
-from fedapp.state import ContextStore, DiskStore, StateStore, token_folder
+from fedapp.state import ContextStore, DiskStore, token_folder
+from fedapp.state_rounds import Lineage, RoundStore
 
 
-def state_store(cfg: RunConfig, context: Context, run_token: str = "") -> StateStore:
+def state_store(cfg: RunConfig, context: Context, run_token: str = "") -> ContextStore | DiskStore:
     """Context.state, or a folder per run on disk: under the node's ``state-dir`` (survives a
     SuperNode restart or a reboot) or the run folder. The server's run token names the folder,
     so a resumed run finds its clients' state and a fresh run in the same run-dir starts clean."""
@@ -88,10 +89,13 @@ def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
     received = load_global(pm, msg.content)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + server_round * 10_007 + pid)
     records = {n: wire.from_record(r) for n, r in msg.content.array_records.items() if n not in wire.RESERVED}
-    store = state_store(cfg, context, str(config.get("run-token", "")))
+    policy = method.client(cfg, params)
+    lineage = Lineage.parse(str(config.get("state-lineage", "")))
+    slots = state_store(cfg, context, str(config.get("run-token", "")))
+    store = RoundStore(slots, server_round, lineage, policy.state_schema(pm.model, pm.initial))
     data = client_tensors(cfg, pid, device)
     job = ClientJob(cfg, params, pid, server_round, config, records, pm.model, pm.initial, received, data, store, gen, device)  # type: ignore[arg-type]
-    return job, method.client(cfg, params)
+    return job, policy
 
 
 def handle_train(msg: Message, context: Context) -> Message:

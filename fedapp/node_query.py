@@ -49,6 +49,8 @@ def handle_query(msg: Message, context: Context) -> Message:
     except ConfigError as err:
         info["device-error"] = str(err)
         return Message(RecordDict({"info": ConfigRecord(info)}), reply_to=msg)  # type: ignore[arg-type]
+    # where client state lives: resume=true refuses a method whose state was in memory (checkpoint.check_state_kept)
+    info["state-store"] = cfg.state_store if cfg.state_store != "auto" else ("disk" if nc.get("state-dir") else "context")
     if device is None:
         info["device"] = "cpu"
     else:

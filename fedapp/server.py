@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -37,6 +38,7 @@ from fedapp.roster import Roster
 from fedapp.run_checks import check_run
 from fedapp.runtime import configure_threads
 from fedapp.state import unkeyed_files
+from fedapp.state_rounds import Lineage
 from fedapp.strategy import EvalResult, MaskedStrategy, RoundResult
 from fedapp.tensorboard_sink import TensorBoardSink, open_sink
 
@@ -96,6 +98,9 @@ def serve(
         config = resolved_config(cfg, params)
         if ckpt is not None:
             checkpoint.check_compatible(run_dir, config, ckpt)
+            checkpoint.check_contents(run_dir, ckpt, initial, cfg.num_server_rounds)
+            if getattr(grid, "context_state", None) is None and method.client(cfg, params).state_schema(model, initial):
+                checkpoint.check_state_kept(roster.info)  # client state in a SuperNode's memory is gone
             old = unkeyed_files(run_dir / rundir.CLIENT_STATE / ckpt.token)
             if old:
                 raise ConfigError(
@@ -181,14 +186,19 @@ def rounds(
     policy = method.server(cfg, params, initial, roster.info, model)
     strategy = MaskedStrategy(cfg, policy, roster.nodes)
     strategy.scale = reply_checks.scales(initial)  # the step bound's unit, from the initial model in every round (also on resume)
-    arrays, first, token, done = initial, 1, checkpoint.new_token(cfg.run_dir), False
+    arrays, first, token, done, lineage = initial, 1, checkpoint.new_token(cfg.run_dir), False, Lineage()
+    context_state = getattr(grid, "context_state", None)  # the in-process engine keeps Context.state with checkpoints
     if ckpt is not None:
         arrays, first, token, done = ckpt.arrays, ckpt.round + 1, ckpt.token, ckpt.finished
         policy.load_state(ckpt.policy)
         strategy.rng.setstate(ckpt.rng)
+        lineage = Lineage((*Lineage.parse(ckpt.lineage).starts, (first, secrets.token_hex(4))))  # client state: fedapp.state_rounds
+        if context_state is not None:
+            context_state.restore(Path(cfg.run_dir) / rundir.CLIENT_STATE / token)
     x_test, y_test = torch.from_numpy(ds.x_test), torch.from_numpy(ds.y_test)
     record = wire.to_record(arrays)
-    run_config = ConfigRecord({"run-token": token, "run-dir": cfg.run_dir})
+    lineage_key = {"state-lineage": lineage.text()} if len(lineage.starts) > 1 else {}
+    run_config = ConfigRecord({"run-token": token, "run-dir": cfg.run_dir, **lineage_key})
     for rnd in range(first, cfg.num_server_rounds + 1):
         if done:
             log.info("method finished after round %d", rnd - 1)
@@ -218,5 +228,10 @@ def rounds(
             sink.add(row)
         report(rnd, row)
         done = policy.finished(rnd)
-        checkpoint.save(cfg.run_dir, checkpoint.Checkpoint(rnd, arrays, policy.state(), strategy.rng.getstate(), token, done, config))
+        if context_state is not None:
+            context_state.save(Path(cfg.run_dir) / rundir.CLIENT_STATE / token)
+        lineage_text = lineage_key.get("state-lineage", "")
+        checkpoint.save(
+            cfg.run_dir, checkpoint.Checkpoint(rnd, arrays, policy.state(), strategy.rng.getstate(), token, done, config, lineage_text)
+        )
     writer.save_model(policy.eval_arrays(arrays))  # the model that was evaluated

@@ -3,11 +3,13 @@
 A client's state is a set of named records, each a dict of arrays: ``store.load(partition,
 key)`` and ``store.save(partition, key, arrays)`` (``save_all`` for several records that must
 change together), so each method names its own records and never filters or merges another's.
-Two stores with one interface:
+Two stores with one interface, each holding per partition two *slots* (the current version
+and ``prev``; fedapp.state_rounds decides which one a message reads):
 
 * ``ContextStore`` keeps arrays in Flower's ``Context.state`` (per run, per node;
-  shipped with every message in deployment, lost when a SuperNode restarts).
-* ``DiskStore`` writes one ``.npz`` per client under a folder (the run folder in
+  shipped with every message in deployment, lost when a SuperNode restarts; the in-process
+  engine writes it beside each checkpoint, fedapp.engine.context_state).
+* ``DiskStore`` writes one ``.npz`` per client and slot under a folder (the run folder in
   simulation, the node's ``state-dir`` in deployment), atomically, so state survives
   restarts and memory does not grow with thousands of simulated clients.
 
@@ -16,20 +18,23 @@ that round's message with an error naming it, and is moved aside to ``<name>.cor
 the client starts afresh the next round, as after a lost state-dir (every method already
 handles that). Failing the round puts the file's name in the server's failure_reasons, where
 the operator sees it; keeping it failing would lose the client for the rest of the run.
-The run token that names a run's state folder comes from the server and is checked before
-it becomes a path.
+A file that reads but holds wrong values is handled the same way one level up
+(fedapp.state_rounds: ``*.bad-<time>``). The run token that names a run's state folder
+comes from the server and is checked before it becomes a path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import time
 import zipfile
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-from flwr.app import ArrayRecord, Context
+from flwr.app import Context
 
 from fedapp.atomic import write_atomic
 from fedapp.wire import from_record, to_record
@@ -72,49 +77,87 @@ class StateStore(Protocol):
 
 
 class ContextStore:
-    """One ArrayRecord per partition and key in ``context.state`` (``fedapp-<partition>/<key>``)."""
+    """One ArrayRecord per partition and slot in ``context.state`` (``fedapp-<partition>`` and
+    ``fedapp-<partition>.prev``), its entries named ``<key>/<array name>`` as in a state file."""
 
     def __init__(self, context: Context) -> None:
         self.context = context
 
+    def name(self, partition: int, slot: str = "") -> str:
+        return f"fedapp-{partition}" + (f".{slot}" if slot else "")
+
     def load(self, partition: int, key: str) -> dict[str, np.ndarray]:
-        rec = self.context.state.array_records.get(f"fedapp-{partition}/{check_key(key)}")
-        return from_record(rec) if rec is not None else {}
+        return record_of(self.read(partition), key)
 
     def save(self, partition: int, key: str, arrays: dict[str, np.ndarray]) -> None:
         self.save_all(partition, {key: arrays})
 
     def save_all(self, partition: int, records: dict[str, dict[str, np.ndarray]]) -> None:
-        for key, arrays in records.items():
-            self.context.state[f"fedapp-{partition}/{check_key(key)}"] = to_record(arrays) if arrays else ArrayRecord()
+        self.write(partition, "", replace_records(self.read(partition), records))
+
+    def read(self, partition: int, slot: str = "") -> dict[str, np.ndarray]:
+        rec = self.context.state.array_records.get(self.name(partition, slot))
+        return from_record(rec) if rec is not None else {}
+
+    def write(self, partition: int, slot: str, entries: dict[str, np.ndarray]) -> None:
+        self.context.state[self.name(partition, slot)] = to_record(entries)
+
+    def move(self, partition: int, src: str, dst: str) -> None:
+        records = self.context.state.array_records
+        if self.name(partition, src) in records:
+            self.context.state[self.name(partition, dst)] = records[self.name(partition, src)]
+            del self.context.state[self.name(partition, src)]
+
+    def drop(self, partition: int, slot: str) -> None:
+        if self.name(partition, slot) in self.context.state.array_records:
+            del self.context.state[self.name(partition, slot)]
+
+    def set_aside(self, partition: int, slot: str) -> tuple[str, str]:
+        """Forget a slot that failed its checks; returns (what it was, where it went)."""
+        self.drop(partition, slot)
+        return f"Context.state record {self.name(partition, slot)!r}", "dropped"
 
 
 class DiskStore:
-    """One uncompressed ``.npz`` per client holding every record as ``<key>/<array name>`` entries,
-    replaced atomically on save. A file with an entry outside any record was written by an older
-    fedapp (one unkeyed dict per client): it is refused with a message, never read as empty state."""
+    """One uncompressed ``.npz`` per client and slot (``client-<p>.npz``, ``client-<p>.prev.npz``)
+    holding every record as ``<key>/<array name>`` entries, replaced atomically. A file with an
+    entry outside any record was written by an older fedapp (one unkeyed dict per client): it is
+    refused with a message, never read as empty state."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
 
-    def path(self, partition: int) -> Path:
-        return self.root / f"client-{partition}.npz"
+    def path(self, partition: int, slot: str = "") -> Path:
+        return self.root / (f"client-{partition}" + (f".{slot}" if slot else "") + ".npz")
 
     def load(self, partition: int, key: str) -> dict[str, np.ndarray]:
-        prefix = check_key(key) + "/"
-        return {name[len(prefix) :]: a for name, a in self._read(partition).items() if name.startswith(prefix)}
+        return record_of(self.read(partition), key)
 
     def save(self, partition: int, key: str, arrays: dict[str, np.ndarray]) -> None:
         self.save_all(partition, {key: arrays})
 
     def save_all(self, partition: int, records: dict[str, dict[str, np.ndarray]]) -> None:
-        replaced = {check_key(k) + "/" for k in records}
-        kept = {n: a for n, a in self._read(partition).items() if not n.startswith(tuple(replaced))}
-        fresh = {f"{key}/{name}": a for key, arrays in records.items() for name, a in arrays.items()}
-        save_npz_atomic(self.path(partition), {**kept, **fresh})
+        self.write(partition, "", replace_records(self.read(partition), records))
 
-    def _read(self, partition: int) -> dict[str, np.ndarray]:
-        p = self.path(partition)
+    def write(self, partition: int, slot: str, entries: dict[str, np.ndarray]) -> None:
+        save_npz_atomic(self.path(partition, slot), entries)
+
+    def move(self, partition: int, src: str, dst: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(self.path(partition, src), self.path(partition, dst))
+
+    def drop(self, partition: int, slot: str) -> None:
+        self.path(partition, slot).unlink(missing_ok=True)
+
+    def set_aside(self, partition: int, slot: str) -> tuple[str, str]:
+        """Rename a file that failed its checks to ``<name>.bad-<UTC time>``; returns (file, new name)."""
+        p = self.path(partition, slot)
+        aside = p.with_name(f"{p.name}.bad-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+        os.replace(p, aside)
+        return str(p), aside.name
+
+    def read(self, partition: int, slot: str = "") -> dict[str, np.ndarray]:
+        p = self.path(partition, slot)
         if not p.exists():
             return {}
         try:
@@ -136,6 +179,19 @@ class DiskStore:
         return arrays
 
 
+def record_of(entries: dict[str, np.ndarray], key: str) -> dict[str, np.ndarray]:
+    """One record's arrays out of a slot's ``<key>/<name>`` entries."""
+    prefix = check_key(key) + "/"
+    return {name[len(prefix) :]: a for name, a in entries.items() if name.startswith(prefix)}
+
+
+def replace_records(entries: dict[str, np.ndarray], records: dict[str, dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """``entries`` with each record of ``records`` replaced (an empty dict removes it), every other entry kept."""
+    replaced = tuple(check_key(k) + "/" for k in records)
+    kept = {n: a for n, a in entries.items() if not n.startswith(replaced)}
+    return {**kept, **{f"{key}/{name}": a for key, arrays in records.items() for name, a in arrays.items()}}
+
+
 def unkeyed_files(folder: Path) -> list[Path]:
     """The client state files in ``folder`` written by an older fedapp (an entry outside any
     record); only each archive's list of names is read."""
@@ -150,6 +206,7 @@ def unkeyed_files(folder: Path) -> list[Path]:
     return old
 
 
-def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Write ``path`` so that a crash leaves either the old file or the new one, never half."""
-    write_atomic(path, lambda fh: np.savez(fh, **arrays))  # type: ignore[arg-type]
+def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray], sync: bool = True) -> None:
+    """Write ``path`` so that a crash leaves either the old file or the new one, never half
+    (``sync=False``: the caller syncs, fedapp.atomic.sync_files)."""
+    write_atomic(path, lambda fh: np.savez(fh, **arrays), sync=sync)  # type: ignore[arg-type]

@@ -175,7 +175,7 @@ def test_node_killed_in_round_two_does_not_stall_the_run_and_rejoins(fed: Federa
     assert any("1" in r["train_seconds"] for r in out[2:]), [r["failed_pids"] for r in out]  # node 1 rejoined
     if stateful:  # after the restart node 1 went on in the same state folder of this run
         assert state.stat().st_mtime > restarted_at
-        assert sorted(p.name for p in state.parent.iterdir()) == ["client-1.npz"]
+        assert sorted(p.name for p in state.parent.iterdir()) == ["client-1.npz", "client-1.prev.npz"]  # this version, the one before
     summary = [(r["round"], r["clients"], r["failed_pids"], round(r["seconds"], 1)) for r in out]
     print(f"\nkill {method} (state kept: {stateful}): (round, clients, failed, s) {summary}; reasons {out[1]['failure_reasons']}")
 

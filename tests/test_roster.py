@@ -47,7 +47,7 @@ def test_discover_maps_partitions_and_keeps_device_facts(tmp_path: Path) -> None
     roster.discover(5)
     assert roster.nodes == {0: 1000, 1: 1001, 2: 1002}
     assert {k: v for k, v in roster.info[2].items() if k not in ("energy-meter", "device")} == {
-        "partition-id": 2, "tier": "low", "device-name": "board-2", "num-partitions": 3,
+        "partition-id": 2, "tier": "low", "device-name": "board-2", "num-partitions": 3, "state-store": "context",
     }  # fmt: skip
     assert roster.info[2]["device"] == describe(pick("auto"))  # the device the node trains on
 

@@ -26,6 +26,8 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
+from fedapp.engine.context_state import ContextState, uses_context
+
 if TYPE_CHECKING:
     from fedapp.engine.batched_executor import BatchedExecutor
 
@@ -46,6 +48,8 @@ class LocalGrid(Grid):
             node_config = {"partition-id": pid, "num-partitions": num_nodes, **extra}
             self.contexts[node_id] = Context(1, node_id, node_config, RecordDict(), dict(run_config))
         self._pending: dict[str, Message] = {}
+        keeps = any(uses_context(run_config, c.node_config) for c in self.contexts.values())
+        self.context_state = ContextState(self.contexts) if keeps else None  # saved with each checkpoint (server.rounds)
         self.client_seconds = 0.0  # time spent inside the ClientApp
         setting = str(run_config.get("client-batch", "1"))  # checked with the run-config (RunConfig.client_batch)
         self.executor: BatchedExecutor | None = None

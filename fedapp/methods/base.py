@@ -11,7 +11,7 @@ loading (strategy.py and client.py do); the metrics a server policy returns from
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ from fedapp.config import RunConfig
 from fedapp.data import ClientData
 from fedapp.data.on_device import ClientTensors
 from fedapp.state import StateStore
+from fedapp.state_rounds import Schema
 from fedapp.train import ExtraLoss, TrainSettings, TrainStats, proximal_term, trainer
 
 Scalar = bool | int | float | str
@@ -75,6 +76,11 @@ class ClientJob:
     def to_device(self, masks: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         """Host (wire or state store) masks as tensors on the job's device."""
         return {n: torch.from_numpy(m).to(self.device) for n, m in masks.items()}
+
+
+def shaped_like(arrays: Mapping[str, np.ndarray], names: Iterable[str] | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """A state record's declaration (``ClientPolicy.state_schema``): the names, shapes and dtypes of ``arrays``."""
+    return {n: (arrays[n].shape, arrays[n].dtype) for n in (arrays if names is None else names)}
 
 
 def on(a: np.ndarray | torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -208,6 +214,12 @@ class ClientPolicy:
     def evaluate(self, job: ClientJob) -> dict[str, float]:
         """Accuracy of the model the client would use, on its local test split."""
         return local_test_scores(job.model, job)
+
+    def state_schema(self, model: nn.Module, initial: Mapping[str, np.ndarray]) -> Schema:
+        """Per state key the arrays (name -> shape, dtype) this method's records must hold: a stored
+        record that differs is refused before use (fedapp.state_rounds); undeclared records are
+        checked for finiteness only. FedAvg keeps no state."""
+        return {}
 
 
 def local_test_scores(model: nn.Module, job: ClientJob) -> dict[str, float]:

@@ -5,14 +5,18 @@ sub-model it trained last (its personal sub-model; w0 before its first round).""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
+from torch import nn
 
 from fedapp.device import host_arrays, load_host_arrays
 from fedapp.masks import neuron_layout
-from fedapp.methods.base import ClientJob, Method, local_test_scores
+from fedapp.methods.base import ClientJob, Method, local_test_scores, shaped_like
 from fedapp.methods.dropout import SubModelClient
 from fedapp.methods.submodel import extract_submodel
 from fedapp.methods.tiers import TieredServer, TierParams
+from fedapp.state_rounds import Schema
 
 MODEL, NEURONS = "model", "neurons"  # state keys: the model after training, the neurons it kept
 
@@ -21,6 +25,9 @@ class FedDropClient(SubModelClient):
     def after_train(self, job: ClientJob, neurons: list[np.ndarray]) -> None:
         names = neuron_layout(job.model).hidden_names
         job.store.save_all(job.pid, {MODEL: host_arrays(job.model.state_dict()), NEURONS: dict(zip(names, neurons, strict=True))})
+
+    def state_schema(self, model: nn.Module, initial: Mapping[str, np.ndarray]) -> Schema:
+        return {MODEL: shaped_like(initial)}  # the kept neurons' indices vary in length: finiteness only
 
     def evaluate(self, job: ClientJob) -> dict[str, float]:
         saved = job.store.load(job.pid, MODEL)

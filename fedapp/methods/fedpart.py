@@ -14,6 +14,7 @@ evaluation bytes, not upload. ``cycles = 0`` is the FNU baseline with the same B
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,9 +27,21 @@ from fedapp.data import dataset_for
 from fedapp.device import host_arrays, load_host_arrays
 from fedapp.masks import LayerGroup, layer_groups
 from fedapp.methods.accounting import group_macs, group_sizes, round_macs, round_params
-from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, NodeTask, RecordSpec, Reply, ServerPolicy, train_metrics
+from fedapp.methods.base import (
+    ClientJob,
+    ClientPolicy,
+    ClientResult,
+    Method,
+    NodeTask,
+    RecordSpec,
+    Reply,
+    ServerPolicy,
+    shaped_like,
+    train_metrics,
+)
 from fedapp.methods.layer_schedule import FULL, ORDERS, schedule, schedule_length
 from fedapp.models import build_model
+from fedapp.state_rounds import Schema
 
 log = logging.getLogger("flwr")
 
@@ -152,6 +165,9 @@ class FedPartServer(ServerPolicy):
 
 
 class FedPartClient(ClientPolicy):
+    def state_schema(self, model: nn.Module, initial: Mapping[str, np.ndarray]) -> Schema:
+        return {BN_STATE: shaped_like(initial, (n for n, _ in model.named_buffers()))}
+
     def train(self, job: ClientJob) -> ClientResult:
         g = int(job.config.get("group-index", FULL))
         own = job.store.load(job.pid, BN_STATE)  # this client's BatchNorm statistics; the global copies are the server's

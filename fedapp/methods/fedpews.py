@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,7 @@ from fedapp.methods.base import (
 )
 from fedapp.methods.metric_names import WARMUP
 from fedapp.methods.pews_train import WarmupLoop, masks_to_records, records_to_masks
+from fedapp.state_rounds import Schema
 from fedapp.train import bernoulli
 
 log = logging.getLogger("flwr")
@@ -191,6 +193,12 @@ class PeWSClient(ClientPolicy):
             records[PROBS] = dict(zip(layout.hidden_names, layout.split(probs.astype(np.float32)), strict=True))
         metrics = {**train_metrics(stats), "mask-density": float(upload.mean())}
         return ClientResult(metrics, masks=model_param_masks(job.model, layout.split(upload), p.mask_extent), records=records)
+
+    def state_schema(self, model: nn.Module, initial: Mapping[str, np.ndarray]) -> Schema:
+        """One float32 score per hidden neuron and layer."""
+        layout = neuron_layout(model)
+        widths = zip(layout.hidden_names, layout.widths, strict=True)
+        return {SCORES: {n: ((width,), np.dtype(np.float32)) for n, width in widths}}
 
     def load_scores(self, job: ClientJob, layout: NeuronLayout) -> torch.Tensor:
         """s_i from the state store; s0 on the first warmup participation (or if it was lost)."""

@@ -11,13 +11,16 @@ but not compute (docs/results-fedspu.md measures this).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import torch
 
 from fedapp.device import host_arrays, load_host_arrays
-from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, local_test_scores, train_metrics
+from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, local_test_scores, shaped_like, train_metrics
 from fedapp.methods.tier_client import active_masks, es_metrics, job_neurons
 from fedapp.methods.tiers import TieredServer, TierParams
+from fedapp.state_rounds import Schema
 
 PERSONAL_MODEL = "personal-model"  # state key: the client's whole trained model (its personal model)
 
@@ -38,6 +41,9 @@ class FedSPUClient(ClientPolicy):
         stats = self.fit(job, job.to_device({k: m for k, m in active.items() if k in params}))
         job.store.save(job.pid, PERSONAL_MODEL, host_arrays(job.model.state_dict()))
         return ClientResult(metrics={**train_metrics(stats), **es_metrics(job.model, job, stats.loss, self.params.es_lambda)}, masks=active)
+
+    def state_schema(self, model: torch.nn.Module, initial: Mapping[str, np.ndarray]) -> Schema:
+        return {PERSONAL_MODEL: shaped_like(initial)}
 
     def evaluate(self, job: ClientJob) -> dict[str, float]:
         """The stored personal model (w0 if never selected) on the local test split."""

@@ -19,6 +19,7 @@ the model the client holds after its local training (spec fedselect F14).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from torch import nn
 from fedapp import wire
 from fedapp.device import host_arrays, load_host_arrays
 from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, Reply, ServerPolicy, local_test_scores, train_metrics
+from fedapp.state_rounds import Schema
 from fedapp.train import TrainStats
 
 log = logging.getLogger("flwr")
@@ -83,6 +85,14 @@ class PersonalClient(ClientPolicy):
 
     Subclasses choose the first mask, the local update and how the mask grows.
     """
+
+    def state_schema(self, model: nn.Module, initial: Mapping[str, np.ndarray]) -> Schema:
+        """θ_k is a whole state dict; each mask, its parameter's entries as packed bits."""
+        packed = {n: ((-(-int(np.prod(s)) // 8),), np.dtype(np.uint8)) for n, s in eligible(model).items()}
+        return {
+            THETA: {n: (a.shape, a.dtype) for n, a in initial.items()}, MASK_CURRENT: packed, MASK_NEXT: packed,
+            SAVED_ROUND: {"round": ((1,), np.dtype(np.int64))},
+        }  # fmt: skip
 
     def initial_mask(self, model: nn.Module) -> Masks:
         return {n: np.zeros(s, bool) for n, s in eligible(model).items()}
@@ -152,6 +162,17 @@ class PersonalServer(ServerPolicy):
 
     def node_task(self, server_round: int, pid: int) -> NodeTask:
         return NodeTask(download_masks=self.global_masks.get(pid))
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Each client's last upload mask (packed bits): a resumed run sends what this one would."""
+        return {f"global-mask/{pid}/{n}": np.packbits(m.reshape(-1)) for pid, masks in self.global_masks.items() for n, m in masks.items()}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        self.global_masks = {}
+        for key, bits in state.items():
+            _, pid, name = key.split("/", 2)
+            shape = self.initial[name].shape
+            self.global_masks.setdefault(int(pid), {})[name] = np.unpackbits(bits, count=int(np.prod(shape))).astype(bool).reshape(shape)
 
     def after_round(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         for r in replies:
