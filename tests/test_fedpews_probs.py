@@ -45,7 +45,7 @@ def recording_app(bad_value: float, sent: dict[tuple[int, int], np.ndarray], pro
 def test_keep_probabilities_outside_0_1_refuse_the_reply_and_never_reach_another_client(tmp_path: Path, bad_value: float) -> None:
     sent: dict[tuple[int, int], np.ndarray] = {}
     probs: dict[tuple[int, int], np.ndarray] = {}
-    run(tmp_path, recording_app(np.float32(bad_value), sent, probs), PEWS)
+    run(tmp_path, recording_app(bad_value, sent, probs), PEWS)
     out = rows(tmp_path / "run")
     for r in out:
         assert (r["clients"], r["failures"], r["failed_pids"], r["warmup"]) == (2, 1, [BAD], True), r
