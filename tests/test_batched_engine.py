@@ -292,7 +292,7 @@ def new_lanes(before: set[threading.Thread]) -> list[threading.Thread]:
     return [t for t in lanes if t.is_alive()]
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120, method="thread")  # a hang ends the session with every thread's stack
 @pytest.mark.parametrize(("where", "client_batch"), [("client", "1"), ("client", "8"), ("kernel", "8")])
 def test_system_exit_stops_the_run_with_its_code_whatever_client_batch(
     tmp_path: Path, where: str, client_batch: str, monkeypatch: pytest.MonkeyPatch
