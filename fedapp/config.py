@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -161,6 +162,7 @@ def device_check(v: Any) -> str | None:
     return None if DEVICE_RE.fullmatch(str(v)) else "auto, cpu, cuda, cuda:N (N = 0, 1, ...) or mps"
 
 
+@allows("auto or a whole number >= 1")
 def client_batch_check(v: Any) -> str | None:
     return None if re.fullmatch(r"auto|[1-9]\d*", str(v)) else "auto or a whole number >= 1"
 
@@ -317,8 +319,8 @@ def coerce(name: str, value: Any, default: Scalar, numbers: tuple[type, ...] = (
             return float(value)
         except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"run-config key '{name}' = {value!r}: expected a number") from None
-    if isinstance(value, str):
-        return value
+    if isinstance(value, str | os.PathLike):  # a Path from a Python caller (scripts pass run-dir so)
+        return os.fspath(value)  # type: ignore[return-value]
     if isinstance(value, numbers) and not isinstance(value, bool):
         return str(value)
     raise ConfigError(

@@ -224,6 +224,7 @@ def test_run_dir_5_makes_no_folder_and_says_to_quote_it(tmp_path: Path, monkeypa
     assert code == 2 and "run-config key 'run-dir' = 5 is not allowed: expected text (quote it: run-dir='...')" in err
     assert list(tmp_path.iterdir()) == []
     assert parse_overrides("run-dir='5'") == {"run-dir": "5"}  # quoted, it is text
+    assert resolve(full_config({"run-dir": tmp_path / "5"}))[0].run_dir == str(tmp_path / "5")  # a Path from Python is text
 
 
 @pytest.mark.parametrize("text", ["run-dir='oops", 'method="fedprox lr=0.1', "lr=0.1 data-root=a\\"])
