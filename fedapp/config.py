@@ -323,10 +323,7 @@ def coerce(name: str, value: Any, default: Scalar, numbers: tuple[type, ...] = (
         return os.fspath(value)  # type: ignore[return-value]
     if isinstance(value, numbers) and not isinstance(value, bool):
         return str(value)
-    raise ConfigError(
-        f"run-config key '{name}' = {value!r} is not allowed: expected text (quote it: {name}='...'); "
-        f"a {type(value).__name__} would be used as its string"
-    )
+    raise ConfigError(f"run-config key '{name}' = {value!r} is not allowed: expected text (quote it: {name}='...')")
 
 
 def parse(cls: type[T], raw: Mapping[str, Any]) -> T:
