@@ -183,7 +183,7 @@ def test_the_sgd_decay_bound_is_where_torchs_sgd_starts_to_grow_the_weights(mome
             opt.zero_grad()
             (w * 0).sum().backward()
             opt.step()
-        assert (abs(float(w)) > 1) == grows, (lr, float(w))
+        assert (abs(w.item()) > 1) == grows, (lr, w.item())
         raw = full_config({"lr": lr, "weight-decay": pull, "momentum": momentum, "num-clients": 2})
         if grows:
             with pytest.raises(ConfigError, match="make SGD diverge"):
