@@ -224,6 +224,8 @@ def test_the_equivalence_check_fails_when_the_kernel_always_raises(
     import fedapp.engine.batched_executor as ex
 
     def broken(*args: Any, **kwargs: Any) -> Any:
+        for w in args[1] if len(args) > 1 else args[0]:  # train_clients(model, works, ...), train_warmups(works)
+            torch.rand(3, generator=w.gen)  # drawn from before it fails, as a kernel does
         raise RuntimeError("no vmap rule for aten::frobnicate")
 
     monkeypatch.setattr(ex, "train_clients", broken)
@@ -236,6 +238,8 @@ def test_the_equivalence_check_fails_when_the_kernel_always_raises(
         rows = [r["client_batch"] for r in outcome_rows(tmp_path / name / "sequential" / "cb8")]
         failed = {"the batched kernel failed (RuntimeError: no vmap rule for aten::frobnicate)": 6}
         assert rows and all(r == {"chunks": [], "one_at_a_time": failed, "splits": []} for r in rows), rows
+        one, seq = (np.load(tmp_path / name / "sequential" / cb / "model.npz") for cb in ("cb1", "cb8"))
+        assert all(np.array_equal(one[k], seq[k]) for k in one.files)  # trained one at a time from the generators' states before
 
 
 @pytest.mark.parametrize("name", ["fedavg", "fedpews"])
@@ -246,14 +250,20 @@ def test_an_out_of_memory_splits_the_chunk_and_the_row_names_it(tmp_path: Path, 
 
     real, real_warmups = ex.train_clients, ex.train_warmups
 
+    def out_of_memory(works: Any) -> None:
+        """As on a device: the kernel has drawn from the clients' generators before memory runs out."""
+        for w in works:
+            torch.rand(3, generator=w.gen)
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
     def small(model: nn.Module, works: Any, *args: Any, **kwargs: Any) -> Any:
         if len(works) > 2:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            out_of_memory(works)
         return real(model, works, *args, **kwargs)
 
     def small_warmups(works: Any) -> Any:
         if len(works) > 2:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            out_of_memory(works)
         return real_warmups(works)
 
     monkeypatch.setattr(ex, "train_clients", small)

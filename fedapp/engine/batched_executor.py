@@ -353,35 +353,60 @@ def kernel(group: Sequence[FitCall | WarmupCall]) -> list[Any]:
 
 def train_chunk(group: Sequence[FitCall | WarmupCall], say: Callable[[str], None], notes: RoundNotes, on_fail: str) -> None:
     """One chunk through the kernel. Its calls get outcomes only once the kernel has returned; on an
-    out-of-memory it is split in halves and each retried; any other failure (or an out-of-memory
-    of one client) is ``on_fail``'s: ``sequential`` leaves the calls to train one at a time from
-    their generators' states before, ``error`` raises BatchFallbackError."""
+    out-of-memory it is split in halves and each retried (outside the ``except``, so the failed
+    attempt's frames and tensors are freed first); any other failure (or an out-of-memory of one
+    client) is ``on_fail``'s: ``sequential`` leaves the calls to train one at a time from their
+    generators' states before, ``error`` raises BatchFallbackError."""
     what = "FedPeWS warm-up chunk" if isinstance(group[0], WarmupCall) else "chunk"
     states = [generator_of(c).get_state() for c in group]
+    out_of_memory = ""
     try:
         outcomes = kernel(group)
+    except torch.OutOfMemoryError as err:
+        out_of_memory = one_line(err)
     except Exception as err:
-        for c, state in zip(group, states, strict=True):
-            generator_of(c).set_state(state)
-        if isinstance(err, torch.OutOfMemoryError) and len(group) > 1:
-            half = (len(group) + 1) // 2
-            notes.splits.append(f"{len(group)} -> {half} + {len(group) - half} (out of memory)")
-            say(f"a {what} of {len(group)} clients ran out of device memory; it is split and retried")
-            train_chunk(group[:half], say, notes, on_fail)
-            train_chunk(group[half:], say, notes, on_fail)
+        restore(group, states)
+        fail(group, what, one_line(err), say, notes, on_fail, err)
+        return
+    if out_of_memory:
+        restore(group, states)
+        if len(group) == 1:
+            fail(group, what, out_of_memory, say, notes, on_fail, None)
             return
-        why = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else ''}".rstrip(": ")
-        if on_fail == "error":
-            raise BatchFallbackError(
-                f"client-batch: the batched kernel failed on a {what} of {len(group)} clients ({why}); batch-fallback = 'error' "
-                "stops the run ('sequential' trains such a chunk one client at a time)"
-            ) from err
-        notes.count(f"the batched kernel failed ({why})", len(group))
-        say(f"a {what} failed in the batched kernel ({why}); its clients train one at a time")
+        half = (len(group) + 1) // 2
+        notes.splits.append(f"{len(group)} -> {half} + {len(group) - half} (out of memory)")
+        say(f"a {what} of {len(group)} clients ran out of device memory; it is split and retried")
+        train_chunk(group[:half], say, notes, on_fail)
+        train_chunk(group[half:], say, notes, on_fail)
         return
     for c, outcome in zip(group, outcomes, strict=True):
         c.outcome = outcome
     notes.chunks.append(len(group))
+
+
+def one_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0][:200]}" if text else type(err).__name__
+
+
+def restore(group: Sequence[FitCall | WarmupCall], states: Sequence[torch.Tensor]) -> None:
+    """Each client's generator back to its state before the kernel drew from it."""
+    for c, state in zip(group, states, strict=True):
+        generator_of(c).set_state(state)
+
+
+def fail(
+    group: Sequence[FitCall | WarmupCall], what: str, why: str, say: Callable[[str], None], notes: RoundNotes, on_fail: str,
+    cause: BaseException | None,
+) -> None:  # fmt: skip
+    """A chunk the kernel could not train: stop the run (``error``) or count it and leave its calls to train one at a time."""
+    if on_fail == "error":
+        raise BatchFallbackError(
+            f"client-batch: the batched kernel failed on a {what} of {len(group)} clients ({why}); batch-fallback = 'error' "
+            "stops the run ('sequential' trains such a chunk one client at a time)"
+        ) from cause
+    notes.count(f"the batched kernel failed ({why})", len(group))
+    say(f"a {what} failed in the batched kernel ({why}); its clients train one at a time")
 
 
 def start_state(model: nn.Module) -> dict[str, torch.Tensor]:
