@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -25,13 +26,14 @@ class ConfigError(ValueError):
     """A run-config value is missing, of the wrong type, or out of range."""
 
 
-def key(default: Scalar, check: Callable[[Any], str | None] | None = None, doc: str = "") -> Any:
+def key(default: Scalar, check: Callable[[Any], str | None] | None = None, doc: str = "", numbers: tuple[type, ...] = ()) -> Any:
     """Declare a run-config field: its default, an optional check and a one-line doc.
 
     ``check(value)`` returns None when the value is fine, else a phrase saying what
-    is allowed (used verbatim in the error).
+    is allowed (used verbatim in the error). ``numbers``: for a text key whose text may be a
+    bare number (``mlp-hidden = 64`` as TOML reads it), the number types taken as that text.
     """
-    return dataclasses.field(default=default, metadata={"check": check, "doc": doc})
+    return dataclasses.field(default=default, metadata={"check": check, "doc": doc, "numbers": numbers})
 
 
 Check = Callable[[Any], "str | None"]
@@ -63,6 +65,29 @@ fraction = rule("a number in (0, 1]", lambda v: 0 < v <= 1)
 unit_interval = rule("a number in [0, 1]", lambda v: 0 <= v <= 1)
 half_open_unit = rule("a number in [0, 1)", lambda v: 0 <= v < 1)
 finite = rule("a finite number", math.isfinite)
+
+
+def shown(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def number_in(lo: float, hi: float, low_open: bool = False) -> Check:
+    """A float key's range; every float key has one, so a finite extreme (1e300) stops the run here."""
+    text = f"a number in {'(' if low_open else '['}{shown(lo)}, {shown(hi)}]"
+    return rule(text, lambda v: (lo < v if low_open else lo <= v) and v <= hi)
+
+
+def integer_in(lo: int, hi: int) -> Check:
+    return rule(f"an integer in {lo}..{hi}", lambda v: lo <= v <= hi)
+
+
+# Ranges of the run-config's numbers (docs/faults.md, "Run-config ranges"): each allows every value a
+# published setting uses by orders of magnitude and refuses what only overflows float32 or never ends.
+MAX_ROUNDS = 10**6  # rounds, round multiples, schedule lengths
+MAX_EPOCHS = 10**4  # local passes over a client's data
+MAX_COUNT = 10**7  # samples, clients, steps, batch sizes (the data and the model bound them further)
+MAX_LR = 100.0  # client and server learning rates, mask-score learning rate
+MAX_SECONDS = 30 * 86400.0  # round and discovery timeouts: 30 days
 
 
 AUTO_LOCAL_TEST = -1.0
@@ -137,6 +162,7 @@ def device_check(v: Any) -> str | None:
     return None if DEVICE_RE.fullmatch(str(v)) else "auto, cpu, cuda, cuda:N (N = 0, 1, ...) or mps"
 
 
+@allows("auto or a whole number >= 1")
 def client_batch_check(v: Any) -> str | None:
     return None if re.fullmatch(r"auto|[1-9]\d*", str(v)) else "auto or a whole number >= 1"
 
@@ -170,37 +196,41 @@ class RunConfig:
     augment: str = key(
         "auto", one_of("auto", "none", "crop-flip", "flip-rotate-crop"), "training augmentation; auto: the dataset's default"
     )
-    input_noise: float = key(0.0, non_negative, "std of Gaussian noise added once to every input (train and test), drawn with data-seed")
+    input_noise: float = key(
+        0.0, number_in(0, 100), "std of Gaussian noise added once to every input (train and test), drawn with data-seed"
+    )
     partition: str = key("dirichlet", partition_check)
-    dirichlet_alpha: float = key(0.5, positive)
-    classes_per_client: int = key(2, positive)
-    min_partition_size: int = key(10, non_negative, "Dirichlet: resample until every client has this many samples")
-    num_clients: int = key(0, non_negative, "clients (partitions); 0: as many as the federation's nodes report (num-partitions)")
+    dirichlet_alpha: float = key(0.5, number_in(1e-3, 1e6), "Dirichlet concentration: 0.001 about one class per client, 1e6 about IID")
+    classes_per_client: int = key(2, integer_in(1, 1000))
+    min_partition_size: int = key(10, integer_in(0, MAX_COUNT), "Dirichlet: resample until every client has this many samples")
+    num_clients: int = key(
+        0, integer_in(0, MAX_COUNT), "clients (partitions); 0: as many as the federation's nodes report (num-partitions)"
+    )
     local_test_fraction: float = key(
         AUTO_LOCAL_TEST, local_test_check,
         "share of each client's data held out as its local test split; -1: 0.25 where clients are evaluated on it "
         "(personalised methods, personalized-eval), else 0",
     )  # fmt: skip
-    samples_per_client: int = key(0, non_negative, "shard partition: training samples kept per client (0: whole shards)")
+    samples_per_client: int = key(0, integer_in(0, MAX_COUNT), "shard partition: training samples kept per client (0: whole shards)")
     local_test_source: str = key(
         "own-data", one_of("own-data", "test-set"),
         "own-data: rest of the client's shards, else local-test-fraction of its data; test-set: its shards of the test set",
     )  # fmt: skip
     personalized_eval: bool = key(False, doc="evaluate every client on its local test split each round (on for personalised methods)")
     personalized_eval_every: int = key(
-        1, positive, "personalised evaluation (every client) in rounds that are multiples of this, and in the last round"
+        1, integer_in(1, MAX_ROUNDS), "personalised evaluation (every client) in rounds that are multiples of this, and in the last round"
     )
     model: str = key("mlp", one_of(*MODELS), "network (fedapp.models.registry)")
-    mlp_hidden: str = key("64,64", int_list, "hidden widths of the MLP")
-    num_server_rounds: int = key(10, positive)
-    local_epochs: int = key(1, non_negative)
-    local_steps: int = key(0, non_negative, "if > 0, train this many minibatch steps instead of epochs")
-    batch_size: int = key(32, positive)
+    mlp_hidden: str = key("64,64", int_list, "hidden widths of the MLP", numbers=(int,))
+    num_server_rounds: int = key(10, integer_in(1, MAX_ROUNDS))
+    local_epochs: int = key(1, integer_in(0, MAX_EPOCHS))
+    local_steps: int = key(0, integer_in(0, MAX_COUNT), "if > 0, train this many minibatch steps instead of epochs")
+    batch_size: int = key(32, integer_in(1, MAX_COUNT))
     optimizer: str = key("sgd", one_of("sgd", "adam"))
-    lr: float = key(0.05, positive)
+    lr: float = key(0.05, number_in(0, MAX_LR, low_open=True))
     momentum: float = key(0.0, half_open_unit)
-    weight_decay: float = key(0.0, non_negative)
-    server_lr: float = key(1.0, positive, "global learning rate applied to the pseudo-gradient")
+    weight_decay: float = key(0.0, number_in(0, 1), "L2 weight decay (SGD: also lr x (weight-decay + proximal-mu) < 2 x (1 + momentum))")
+    server_lr: float = key(1.0, number_in(0, MAX_LR, low_open=True), "global learning rate applied to the pseudo-gradient")
     aggregation: str = key(
         "mean", one_of("mean", "trimmed-mean", "median", "norm-bound"),
         "how each coordinate's contributors are combined: the weighted mean, or a rule that limits what a minority "
@@ -211,16 +241,19 @@ class RunConfig:
         "trimmed-mean: share of each coordinate's values dropped at each end (the median where that drops none)",
     )  # fmt: skip
     norm_bound_factor: float = key(
-        2.0, positive, "norm-bound: each reply's update is scaled down to at most this multiple of the round's median update norm"
-    )
-    proximal_mu: float = key(0.01, non_negative, "FedProx proximal weight, used when method or base is fedprox")
+        2.0, number_in(0, 1000, low_open=True),
+        "norm-bound: each reply's update is scaled down to at most this multiple of the round's median update norm",
+    )  # fmt: skip
+    proximal_mu: float = key(0.01, number_in(0, MAX_LR), "FedProx proximal weight, used when method or base is fedprox")
     client_weighting: str = key("num-examples", one_of("num-examples", "uniform"))
     fraction_train: float = key(1.0, fraction, "share of clients sampled per round")
-    min_replies: int = key(1, positive, "fewest replies a round aggregates; fewer leaves the model unchanged")
-    round_timeout: float = key(3600.0, positive, "seconds the server waits for replies each round")
+    min_replies: int = key(1, integer_in(1, MAX_COUNT), "fewest replies a round aggregates; fewer leaves the model unchanged")
+    round_timeout: float = key(3600.0, number_in(0, MAX_SECONDS, low_open=True), "seconds the server waits for replies each round")
     resume: bool = key(False, doc="continue the run in run-dir from its last checkpointed round (after a SuperLink restart)")
     overwrite: bool = key(False, doc="replace the results already in run-dir (without it, or resume, a run refuses such a folder)")
-    discovery_timeout: float = key(120.0, positive, "seconds the server waits at the start for every partition's node")
+    discovery_timeout: float = key(
+        120.0, number_in(0, MAX_SECONDS, low_open=True), "seconds the server waits at the start for every partition's node"
+    )
     state_store: str = key(
         "auto", one_of("auto", "context", "disk"), "where client state lives between rounds; auto: disk where the node sets state-dir"
     )
@@ -230,13 +263,21 @@ class RunConfig:
         "1", client_batch_check,
         "in-process engine (fedapp run) only: train a round's clients this many at a time as one vectorised computation "
         "(docs/batched.md); auto: sized to the device; 1: one at a time; flwr run and deployments ignore it",
+        numbers=(int,),
+    )  # fmt: skip
+    batch_fallback: str = key(
+        "sequential", one_of("sequential", "error"),
+        "client-batch > 1: a chunk the batched kernel fails on trains one client at a time (sequential) or stops the run (error); "
+        "either way the round's row counts it",
     )  # fmt: skip
     seed: int = key(0, seed_range)
     run_dir: str = key("", doc="results folder; empty: a new folder per run, runs/<UTC time>-<method>-<dataset>-<4 hex>")
     target_accuracy: float = key(0.99, unit_interval, "accuracy the report counts rounds (and joules) to")
     energy_meter: str = key("auto", energy_meter_check, "power/energy meter each client samples (docs/energy.md)")
-    energy_interval: float = key(0.1, positive, "seconds between background meter readings")
-    energy_rails: str = key("", doc="Jetson rails / RAPL domains / NVML GPU indices to sum, comma-separated; empty: the meter's default")
+    energy_interval: float = key(0.1, number_in(1e-3, 3600), "seconds between background meter readings")
+    energy_rails: str = key(
+        "", numbers=(int,), doc="Jetson rails / RAPL domains / NVML GPU indices to sum, comma-separated; empty: the meter's default"
+    )
     tensorboard: bool = key(False, doc="also write each round's metrics to <run-dir>/tensorboard (needs the tensorboard package)")
 
     @property
@@ -268,7 +309,8 @@ def defaults_of(cls: type) -> dict[str, Scalar]:
     return {k: f.default for k, f in fields_of(cls).items()}  # type: ignore[misc]
 
 
-def coerce(name: str, value: Any, default: Scalar) -> Scalar:
+def coerce(name: str, value: Any, default: Scalar, numbers: tuple[type, ...] = ()) -> Scalar:
+    """``value`` as the default's type; a text key takes text only (``numbers``: also these number types)."""
     want = type(default)
     if want is bool:
         if isinstance(value, bool):
@@ -288,16 +330,20 @@ def coerce(name: str, value: Any, default: Scalar) -> Scalar:
             raise ConfigError(f"run-config key '{name}' = {value!r}: expected a number")
         try:
             return float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"run-config key '{name}' = {value!r}: expected a number") from None
-    return str(value)
+    if isinstance(value, str | os.PathLike):  # a Path from a Python caller (scripts pass run-dir so)
+        return os.fspath(value)  # type: ignore[return-value]
+    if isinstance(value, numbers) and not isinstance(value, bool):
+        return str(value)
+    raise ConfigError(f"run-config key '{name}' = {value!r} is not allowed: expected text (quote it: {name}='...')")
 
 
 def parse(cls: type[T], raw: Mapping[str, Any]) -> T:
     """Build ``cls`` from the keys of ``raw`` it declares (others are ignored here)."""
     values: dict[str, Any] = {}
     for name, f in fields_of(cls).items():
-        v = coerce(name, raw[name], cast(Scalar, f.default)) if name in raw else f.default
+        v = coerce(name, raw[name], cast(Scalar, f.default), f.metadata.get("numbers", ())) if name in raw else f.default
         if isinstance(v, float) and not math.isfinite(v):
             raise ConfigError(f"run-config key '{name}' = {v!r} is not allowed: expected a finite number")
         check = f.metadata.get("check")
@@ -349,15 +395,24 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def parse_overrides(text: str) -> dict[str, Any]:
-    """Parse ``"k1=v1 k2='v 2'"`` the way `flwr run --run-config` does (TOML values)."""
+    """Parse ``"k1=v1 k2='v 2'"`` the way `flwr run --run-config` does: a quoted value is text
+    (``run-dir='5'``), an unquoted one a TOML value, or text where TOML cannot read it."""
     import shlex
     import tomllib
 
     out: dict[str, Any] = {}
-    for item in shlex.split(text):
+    try:
+        items = shlex.split(text)
+    except ValueError as err:  # shlex: "No closing quotation", "No escaped character"
+        raise ConfigError(f"run-config overrides {text!r} cannot be split into key=value items: {err}") from None
+    quoted = set(re.findall(r"(?:^|\s)([^\s=]+)=['\"]", text))
+    for item in items:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not of the form key=value")
         k, v = item.split("=", 1)
+        if k in quoted:
+            out[k] = v
+            continue
         try:
             out[k] = tomllib.loads(f"x = {v}")["x"]
         except tomllib.TOMLDecodeError:

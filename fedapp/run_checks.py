@@ -37,6 +37,7 @@ def check_run(cfg: RunConfig, method: Method, params: Any, raw: Mapping[str, Any
     """Raise ConfigError for a run that cannot do what it asks; return warnings (keys it ignores)."""
     sizes = split_sizes(cfg)
     check_min_replies(cfg)
+    check_sgd_decay(cfg)
     check_local_work(cfg, method, sizes)
     check_model_size(cfg, ds)
     check_local_tests(cfg, method, sizes)
@@ -57,6 +58,25 @@ def check_min_replies(cfg: RunConfig) -> None:
             f"run-config key 'min-replies' = {cfg.min_replies} is not allowed: a round samples {k} client(s) "
             f"(num-clients {cfg.num_clients} x fraction-train {cfg.fraction_train}), so the model would never change; "
             f"expected 1..{k}"
+        )
+
+
+def check_sgd_decay(cfg: RunConfig) -> None:
+    """SGD's weight decay and FedProx's proximal term are a quadratic pull of curvature
+    c = weight-decay + proximal-mu; heavy-ball SGD (torch's momentum) is stable on it only while
+    lr x c < 2 x (1 + momentum). Beyond that the weights grow every step whatever the data, and
+    every reply overflows or fails the step bound: a run that trains nothing."""
+    if cfg.optimizer != "sgd":
+        return
+    mu = cfg.proximal_mu if cfg.uses_prox else 0.0
+    pull, limit = cfg.weight_decay + mu, 2 * (1 + cfg.momentum)
+    if cfg.lr * pull >= limit:
+        raise ConfigError(
+            f"run-config keys 'lr' = {cfg.lr:g}, 'weight-decay' = {cfg.weight_decay:g}"
+            + (f", 'proximal-mu' = {mu:g}" if cfg.uses_prox else "")
+            + f" and 'momentum' = {cfg.momentum:g} make SGD diverge: lr x (weight-decay"
+            + (" + proximal-mu" if cfg.uses_prox else "")
+            + f") = {cfg.lr * pull:g}; expected less than 2 x (1 + momentum) = {limit:g}"
         )
 
 

@@ -219,6 +219,8 @@ def rounds(
         row = round_row(rnd, acc, loss, result, evaluated)
         if refused := roster.take_refused():  # claims the roster refused since the last row (fedapp.roster)
             row["roster_refused"] = refused
+        if (notes := getattr(grid, "round_notes", None)) is not None:  # the in-process engine's batched executor
+            row.update(notes())
         row["seconds"] = time.perf_counter() - start
         times = ledger.round_row(row["seconds"], t_start, time.time(), result.stats.client_metrics, evaluated.client_metrics)
         check_method_metrics(result.method_metrics, times)  # the ledger's time and energy keys are core keys too

@@ -169,6 +169,7 @@ class MaskedStrategy(Strategy):
         checks.within_task(contribution, self.policy.upload_allowed(server_round, pid, self.tasks[pid]))
         checks.reply_step(contribution, self.global_np, self.scale)
         records = {n: checks.decode_record(content.array_records[n], spec, n) for n, spec in specs.items() if n in content}
+        self.policy.check_records(server_round, pid, records)
         return Reply(pid, contribution, metrics, records)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> RoundResult:  # type: ignore[override]

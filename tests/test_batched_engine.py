@@ -5,27 +5,35 @@ clients' stored state agree within float tolerance (masks, records and byte coun
 
 Tolerance: 1e-5 relative + 1e-6 absolute on floats. The kernel's vectorised sums can differ
 from one client's in the last bits (docs/batched.md); these tiny MLPs came out bit-identical.
+
+Every run here has ``batch-fallback = error``: a chunk the kernel fails on stops the run instead of
+training one at a time unseen, and chunks are counted only after the kernel returned. A negative
+control breaks the kernel on purpose and checks that the equivalence check then fails.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from flwr.app import Message
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
 from torch import nn
 
+from fedapp.client import handle_evaluate, handle_train
 from fedapp.client_app import app as client_app
 from fedapp.config import ConfigError
-from fedapp.engine.batched_executor import FitCall, train_parked
+from fedapp.engine.batched_executor import BatchFallbackError, FitCall, train_parked
 from fedapp.engine.client_batch_size import auto_client_batch, client_bytes
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
 from fedapp.methods.registry import resolve
+from fedapp.node_query import handle_query
 from fedapp.server import serve
 from fedapp.train import TrainSettings
 from fedapp.wire import from_record
@@ -41,6 +49,7 @@ BASE = {
     "lr": 0.1,
     "energy-meter": "none",
     "device": "cpu",
+    "batch-fallback": "error",
 }
 
 FEDPART_SHORT = {"warmup-rounds": 1, "rounds-per-layer": 1, "cycles": 1, "full-rounds-between-cycles": 0}
@@ -98,9 +107,9 @@ class RecordingGrid(LocalGrid):
         return replies
 
 
-def run(tmp_path: Path, over: dict[str, Any], client_batch: str) -> tuple[Path, RecordingGrid]:
+def run(tmp_path: Path, over: dict[str, Any], client_batch: str, app: ClientApp = client_app) -> tuple[Path, RecordingGrid]:
     raw = full_config({**BASE, **over, "client-batch": client_batch, "run-dir": str(tmp_path / f"cb{client_batch}")})
-    grid = RecordingGrid(client_app, raw, int(raw["num-clients"]))
+    grid = RecordingGrid(app, raw, int(raw["num-clients"]))
     try:
         return serve(grid, raw, discovery_timeout=5.0), grid
     finally:
@@ -149,36 +158,45 @@ def client_state(grid: RecordingGrid) -> dict[int, dict[str, dict[str, np.ndarra
 
 @pytest.fixture
 def chunks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Sizes of the chunks the batched kernel trains (so a test sees that it was used)."""
+    """Sizes of the chunks the batched kernel trained (so a test sees that it was used), each counted
+    once the kernel has returned: a kernel that raises counts nothing."""
     import fedapp.engine.batched_executor as ex
 
     sizes: list[int] = []
     real, real_warmups = ex.train_clients, ex.train_warmups
 
     def counting(model: nn.Module, works: Any, *args: Any, **kwargs: Any) -> Any:
+        out = real(model, works, *args, **kwargs)
         sizes.append(len(works))
-        return real(model, works, *args, **kwargs)
+        return out
 
     def counting_warmups(works: Any) -> Any:
+        out = real_warmups(works)
         sizes.append(-len(works))  # negative: a FedPeWS warm-up chunk
-        return real_warmups(works)
+        return out
 
     monkeypatch.setattr(ex, "train_clients", counting)
     monkeypatch.setattr(ex, "train_warmups", counting_warmups)
     return sizes
 
 
-@pytest.mark.parametrize("name", list(METHODS))
-def test_client_batch_8_is_the_one_at_a_time_run(tmp_path: Path, name: str, chunks: list[int]) -> None:
-    one_dir, one = run(tmp_path, METHODS[name], "1")
+def check_equivalence(tmp_path: Path, over: dict[str, Any], chunks: list[int]) -> list[dict[str, Any]]:
+    """The equivalence check: the client-batch 8 run is the client-batch 1 run, and the kernel did
+    train clients together (as its chunk counts and the rows say). Returns the rows' ``client_batch``."""
+    one_dir, one = run(tmp_path, over, "1")
     assert chunks == []
-    many_dir, many = run(tmp_path, METHODS[name], "8")
-    assert chunks and max(chunks) > 1  # the kernel trained clients together
-    if METHODS[name].get("method") == "fedpews":
+    many_dir, many = run(tmp_path, over, "8")
+    assert chunks and max(chunks) > 1, f"the batched kernel trained no chunk of several clients: {chunks}"
+    if over.get("method") == "fedpews":
         assert min(chunks) < -1  # and the warm-up round too
     a, b = np.load(one_dir / "model.npz"), np.load(many_dir / "model.npz")
     assert_close({k: a[k] for k in a.files}, {k: b[k] for k in b.files}, "model")
-    assert_close(outcome_rows(one_dir), outcome_rows(many_dir), "metrics rows")
+    one_rows, many_rows = outcome_rows(one_dir), outcome_rows(many_dir)
+    assert all("client_batch" not in r for r in one_rows)  # one at a time: the rows are today's
+    notes = [r.pop("client_batch") for r in many_rows]
+    assert sorted(c for n in notes for c in n["chunks"]) == sorted(abs(c) for c in chunks)  # the rows count what the kernel did
+    assert all(n["splits"] == [] for n in notes)
+    assert_close(one_rows, many_rows, "metrics rows")
     assert_close(wire_view(one), wire_view(many), "train replies")
     assert_close(client_state(one), client_state(many), "client state")
     assert len(one.replies) == len(many.replies) > 0
@@ -186,6 +204,125 @@ def test_client_batch_8_is_the_one_at_a_time_run(tmp_path: Path, name: str, chun
         assert {n: r.count_bytes() for n, r in r1.content.array_records.items()} == {
             n: r.count_bytes() for n, r in r8.content.array_records.items()
         }
+    return notes
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_client_batch_8_is_the_one_at_a_time_run(tmp_path: Path, name: str, chunks: list[int]) -> None:
+    notes = check_equivalence(tmp_path, METHODS[name], chunks)
+    hooks = {"forward hooks on 3, 5 (e.g. FedPeWS-Fixed's activation masks)": 6}  # the MLP's two hidden activations
+    warm = 2 if name == "fedpews-fixed" else 0  # its warm-up rounds train one at a time, the reason named
+    assert [n["one_at_a_time"] for n in notes] == [hooks] * warm + [{}] * (len(notes) - warm)
+
+
+def test_the_equivalence_check_fails_when_the_kernel_always_raises(
+    tmp_path: Path, chunks: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Negative control: with both kernels broken, batch-fallback = error stops the batched run naming the
+    chunk, and with sequential (the runs then agree) the check still fails: nothing was trained batched,
+    and the rows say why."""
+    import fedapp.engine.batched_executor as ex
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        for w in args[1] if len(args) > 1 else args[0]:  # train_clients(model, works, ...), train_warmups(works)
+            torch.rand(3, generator=w.gen)  # drawn from before it fails, as a kernel does
+        raise RuntimeError("no vmap rule for aten::frobnicate")
+
+    monkeypatch.setattr(ex, "train_clients", broken)
+    monkeypatch.setattr(ex, "train_warmups", broken)
+    for name in ("fedavg", "fedpews"):
+        with pytest.raises(BatchFallbackError, match=r"failed on a (FedPeWS warm-up )?chunk of 6 clients \(RuntimeError: no vmap rule"):
+            check_equivalence(tmp_path / name / "error", METHODS[name], chunks)
+        with pytest.raises(AssertionError, match="the batched kernel trained no chunk"):
+            check_equivalence(tmp_path / name / "sequential", {**METHODS[name], "batch-fallback": "sequential"}, chunks)
+        rows = [r["client_batch"] for r in outcome_rows(tmp_path / name / "sequential" / "cb8")]
+        failed = {"the batched kernel failed (RuntimeError: no vmap rule for aten::frobnicate)": 6}
+        assert rows and all(r == {"chunks": [], "one_at_a_time": failed, "splits": []} for r in rows), rows
+        one, seq = (np.load(tmp_path / name / "sequential" / cb / "model.npz") for cb in ("cb1", "cb8"))
+        assert all(np.array_equal(one[k], seq[k]) for k in one.files)  # trained one at a time from the generators' states before
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedpews"])
+def test_an_out_of_memory_splits_the_chunk_and_the_row_names_it(tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel that runs out of memory on chunks of more than 2 clients: each round's chunk of 6 is
+    split into 3 + 3, each 3 into 2 + 1; the run is still the one-at-a-time run."""
+    import fedapp.engine.batched_executor as ex
+
+    real, real_warmups = ex.train_clients, ex.train_warmups
+
+    def out_of_memory(works: Any) -> None:
+        """As on a device: the kernel has drawn from the clients' generators before memory runs out."""
+        for w in works:
+            torch.rand(3, generator=w.gen)
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    def small(model: nn.Module, works: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(works) > 2:
+            out_of_memory(works)
+        return real(model, works, *args, **kwargs)
+
+    def small_warmups(works: Any) -> Any:
+        if len(works) > 2:
+            out_of_memory(works)
+        return real_warmups(works)
+
+    monkeypatch.setattr(ex, "train_clients", small)
+    monkeypatch.setattr(ex, "train_warmups", small_warmups)
+    one_dir, _ = run(tmp_path, METHODS[name], "1")
+    many_dir, _ = run(tmp_path, METHODS[name], "8")
+    a, b = np.load(one_dir / "model.npz"), np.load(many_dir / "model.npz")
+    assert_close({k: a[k] for k in a.files}, {k: b[k] for k in b.files}, "model")
+    many_rows = outcome_rows(many_dir)
+    notes = [r.pop("client_batch") for r in many_rows]
+    assert_close(outcome_rows(one_dir), many_rows, "metrics rows")
+    split = ["6 -> 3 + 3 (out of memory)", "3 -> 2 + 1 (out of memory)", "3 -> 2 + 1 (out of memory)"]
+    assert len(notes) == METHODS[name].get("num-server-rounds", BASE["num-server-rounds"])
+    assert notes == [{"chunks": [2, 1, 2, 1], "one_at_a_time": {}, "splits": split}] * len(notes)
+
+
+def exiting_app(exit_pid: int) -> ClientApp:
+    """The real ClientApp, except that partition ``exit_pid`` raises SystemExit(3) on its train message."""
+    app = ClientApp()
+
+    @app.train()
+    def _train(msg: Message, context: Context) -> Message:
+        if context.node_config["partition-id"] == exit_pid:
+            raise SystemExit(3)
+        return handle_train(msg, context)
+
+    app.evaluate()(handle_evaluate)
+    app.query()(handle_query)
+    return app
+
+
+def new_lanes(before: set[threading.Thread]) -> list[threading.Thread]:
+    lanes = [t for t in threading.enumerate() if t.name == "fedapp-client-lane" and t not in before]
+    for t in lanes:
+        t.join(timeout=30)
+    return [t for t in lanes if t.is_alive()]
+
+
+@pytest.mark.timeout(120, method="thread")  # a hang ends the session with every thread's stack
+@pytest.mark.parametrize(("where", "client_batch"), [("client", "1"), ("client", "8"), ("kernel", "8")])
+def test_system_exit_stops_the_run_with_its_code_whatever_client_batch(
+    tmp_path: Path, where: str, client_batch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client (its lane) or the kernel raising SystemExit(3): the run stops with exit code 3, as one at
+    a time, and no lane thread is left waiting (before, a lane's SystemExit hung the next round)."""
+    import fedapp.engine.batched_executor as ex
+
+    if where == "kernel":
+
+        def exiting(*args: Any, **kwargs: Any) -> Any:
+            raise SystemExit(3)
+
+        monkeypatch.setattr(ex, "train_clients", exiting)
+    app = exiting_app(2) if where == "client" else client_app
+    before = set(threading.enumerate())
+    with pytest.raises(SystemExit) as err:
+        run(tmp_path, {}, client_batch, app)
+    assert err.value.code == 3
+    assert new_lanes(before) == []
 
 
 def test_the_batched_run_trains_in_chunks(tmp_path: Path, chunks: list[int]) -> None:
@@ -209,6 +346,8 @@ def test_feddrop_falls_back_to_one_at_a_time_and_says_so_once(tmp_path: Path, ca
     a, b = np.load(one_dir / "model.npz"), np.load(many_dir / "model.npz")
     assert all(np.array_equal(a[k], b[k]) for k in a.files)  # the same code ran: bit-identical
     assert_close(wire_view(one), wire_view(many), "train replies")
+    own = "the method's own loop, or no local training (FjORD/FedDrop sub-models, a stopped client)"
+    assert all(r["client_batch"] == {"chunks": [], "one_at_a_time": {own: 6}, "splits": []} for r in outcome_rows(many_dir))
 
 
 def test_disjoint_masks_stay_with_their_own_client() -> None:

@@ -60,7 +60,7 @@ def test_fedapp_keys_prints_common_and_the_methods_keys_with_default_allowed_and
     for name, f in fields_of(PeWSParams).items():
         default = f'"{f.default}"' if isinstance(f.default, str) else str(f.default)
         assert f"  {name} = {default}    [{allowed_of(f)}]\n      {f.metadata['doc']}" in text
-    assert "  lr = 0.05    [a number > 0]\n" in text and "  resume = false    [true or false]\n" in text
+    assert "  lr = 0.05    [a number in (0, 100]]\n" in text and "  resume = false    [true or false]\n" in text
 
 
 def test_fedpews_fixed_has_only_the_warmup_key_and_a_mask_key_is_reported_unused() -> None:

@@ -15,9 +15,18 @@ FedPeWS warm-up rounds park the same way in ``WarmupLoop.run`` and are trained b
 ``fedapp.batched.pews``. A call the kernel cannot reproduce (a model with dropout or unknown
 buffers, forward hooks, an extra loss other than the proximal term at the start weights, no
 training samples) runs ``local_train`` on its lane at once; so does every method whose local
-loop is its own (FjORD/FedDrop sub-models). Each reason is logged once per engine. A chunk
-whose kernel call raises gives its clients back their generators' states and trains them
-one at a time.
+loop is its own (FjORD/FedDrop sub-models). Each reason is logged once per engine.
+
+Nothing falls back silently. A chunk counts as batched only once the kernel has returned. A
+chunk whose kernel call raises gives its clients back their generators' states; run-config
+``batch-fallback`` then trains them one at a time (``sequential``) or stops the run
+(``error``, BatchFallbackError). A CUDA out-of-memory splits the chunk in halves and retries.
+Every round's metrics row says what happened (``client_batch``: the chunks the kernel trained,
+the local-training calls run one at a time by reason, the splits).
+
+A client that raises SystemExit or KeyboardInterrupt on its lane stops the run as one at a
+time does: the exception is raised again on the engine's thread, and the lanes still parked
+are unwound (LaneClosed), never left waiting.
 
 Memory follows the wave: at most ``client-batch`` messages are in flight, whatever the
 federation's size.
@@ -42,6 +51,30 @@ from fedapp.methods.pews_train import use_warmup_runner
 from fedapp.train import Augment, ProximalTerm, TrainSettings, TrainStats, local_train, use_trainer
 
 log = logging.getLogger("flwr")
+
+
+class BatchFallbackError(RuntimeError):
+    """``batch-fallback = error``: the batched kernel failed on a chunk, and the run stops naming it."""
+
+
+class LaneClosed(BaseException):
+    """Raised in a parked lane when the engine closes it: unwinds the client's call without running
+    the rest of it (a BaseException, so the ClientApp's ``except Exception`` lets it through)."""
+
+
+@dataclass
+class RoundNotes:
+    """What the batched executor did with a round's train messages (metrics row key ``client_batch``)."""
+
+    chunks: list[int] = field(default_factory=list)  # sizes of the chunks the kernel trained, counted after it returned
+    one_at_a_time: dict[str, int] = field(default_factory=dict)  # reason -> local-training calls trained one at a time
+    splits: list[str] = field(default_factory=list)  # chunks split after a CUDA out-of-memory
+
+    def count(self, reason: str, calls: int = 1) -> None:
+        self.one_at_a_time[reason] = self.one_at_a_time.get(reason, 0) + calls
+
+    def row(self) -> dict[str, Any]:
+        return {"chunks": list(self.chunks), "one_at_a_time": dict(sorted(self.one_at_a_time.items())), "splits": list(self.splits)}
 
 
 @dataclass
@@ -113,26 +146,30 @@ class Lane:
         self.parked = 0  # how often the current message parked
         self.fits = 0  # how often the current message's client reached local training
         self.closed = False
+        self.error: BaseException | None = None  # what the call raised past the ClientApp (SystemExit), for the engine
         self._thread = threading.Thread(target=self._loop, name="fedapp-client-lane", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
+        from fedapp.client_cache import drop_thread_models
+
         use_trainer(self.fit)
         use_warmup_runner(self.warmup)
         while True:
             self._run.acquire()
             if self.closed:
-                from fedapp.client_cache import drop_thread_models
-
-                drop_thread_models()
-                self._back.release()
-                return
+                break
+            msg, self.msg = self.msg, None
             try:
-                assert self.msg is not None
-                self.reply = self.deliver(self.msg)
-            finally:
-                self.msg = None
-                self._back.release()
+                assert msg is not None
+                self.reply = self.deliver(msg)
+            except LaneClosed:
+                break
+            except BaseException as err:  # SystemExit, KeyboardInterrupt: raised again on the engine's thread (step)
+                self.error = err
+            self._back.release()
+        drop_thread_models()
+        self._back.release()
 
     def start(self, msg: Message) -> None:
         """Run ``msg`` until its client parks at local training or the reply is ready."""
@@ -142,10 +179,16 @@ class Lane:
     def step(self) -> None:
         self._run.release()
         self._back.acquire()
+        if self.error is not None:
+            err, self.error = self.error, None
+            raise err
 
     def close(self) -> None:
-        self.closed = True
-        self.step()
+        """End the thread; a parked call is unwound (LaneClosed), not finished."""
+        if not self.closed:
+            self.closed = True
+            self._run.release()
+            self._back.acquire()
 
     def fit(
         self,
@@ -181,6 +224,8 @@ class Lane:
         self._back.release()
         self._run.acquire()
         self.call = None
+        if self.closed:
+            raise LaneClosed
         return call
 
     def warmup(self, loop: Any, x: torch.Tensor, y: torch.Tensor, scores: torch.Tensor, pews: dict[str, Any], gen: torch.Generator) -> Any:
@@ -214,6 +259,7 @@ class BatchedExecutor:
     client_batch: int | None
     lanes: list[Lane] = field(default_factory=list)
     said: set[str] = field(default_factory=set)
+    notes: RoundNotes = field(default_factory=RoundNotes)
 
     def once(self, text: str) -> None:
         if text not in self.said:
@@ -221,7 +267,13 @@ class BatchedExecutor:
             log.info("client-batch: %s", text)
 
     def fallback(self, reason: str) -> None:
+        self.notes.count(reason)
         self.once(f"trains one client at a time where the local training has {reason}")
+
+    def take_notes(self) -> dict[str, Any]:
+        """The train messages since the last call, as the round's row reports them; starts anew."""
+        notes, self.notes = self.notes, RoundNotes()
+        return notes.row()
 
     auto_min: int = 1  # auto: rounds with fewer train messages go one at a time
 
@@ -235,9 +287,19 @@ class BatchedExecutor:
         """Replies in message order, each from the same client code as one at a time."""
         size = self.size()
         if size == 1 or len(messages) < self.auto_min:
+            why = "auto picked 1 client per chunk" if size == 1 else f"auto: a round of fewer than {self.auto_min} clients"
+            self.notes.count(why, len(messages))
             return [self.deliver(m) for m in messages]
+        try:
+            return self.waves(messages, size)
+        except BaseException:  # a kernel error with batch-fallback = error, a client's SystemExit: no lane is left parked
+            self.close()
+            raise
+
+    def waves(self, messages: Sequence[Message], size: int) -> list[Message]:
         while len(self.lanes) < min(size, len(messages)):
             self.lanes.append(Lane(self.deliver, self.fallback))
+        on_fail = str(self.run_config.get("batch-fallback", "sequential"))
         replies: list[Message] = []
         for first in range(0, len(messages), size):
             wave = messages[first : first + size]
@@ -248,9 +310,12 @@ class BatchedExecutor:
                 method = self.run_config.get("method", "fedavg")
                 self.once(f"{method} trains one client at a time where its local loop is its own (FjORD/FedDrop sub-models)")
             while parked := [lane for lane in lanes if lane.call is not None]:
-                train_parked([lane.call for lane in parked if lane.call is not None], self.once)
+                train_parked([lane.call for lane in parked if lane.call is not None], self.once, self.notes, on_fail)
                 for lane in parked:
                     lane.step()
+            for lane in lanes:
+                if lane.fits == 0 and lane.reply is not None and not lane.reply.has_error():
+                    self.notes.count("the method's own loop, or no local training (FjORD/FedDrop sub-models, a stopped client)")
             replies.extend(lane.reply for lane in lanes if lane.reply is not None)
         return replies
 
@@ -260,40 +325,88 @@ class BatchedExecutor:
         self.lanes.clear()
 
 
-def train_parked(calls: Sequence[FitCall | WarmupCall], say: Callable[[str], None]) -> None:
+def train_parked(
+    calls: Sequence[FitCall | WarmupCall], say: Callable[[str], None], notes: RoundNotes | None = None, on_fail: str = "sequential"
+) -> None:
     """Train the parked calls in vectorised chunks, one chunk per shared key."""
     groups: dict[tuple[Any, ...], list[Any]] = {}
     for call in calls:
         groups.setdefault(call.key(), []).append(call)
     for group in groups.values():
-        if isinstance(group[0], WarmupCall):
-            train_warmup_group(group, say)
-            continue
-        states = [c.gen.get_state() for c in group]
-        works = [ClientWork(c.x, c.y, c.gen, start_state(c.model), c.grad_masks, prox_masks(c), c.augment) for c in group]
-        mu = group[0].prox.mu if group[0].prox is not None else 0.0
-        try:
-            outcomes = train_clients(group[0].model, works, group[0].settings, group[0].x.device, len(group), mu)
-        except Exception as err:  # the clients train one at a time, from their generators' states before
-            say(f"a chunk failed in the batched kernel ({type(err).__name__}: {err}); its clients train one at a time")
-            for c, s in zip(group, states, strict=True):
-                c.gen.set_state(s)
-            continue
-        for c, outcome in zip(group, outcomes, strict=True):
-            c.outcome = outcome
+        train_chunk(group, say, RoundNotes() if notes is None else notes, on_fail)
 
 
-def train_warmup_group(group: Sequence[WarmupCall], say: Callable[[str], None]) -> None:
-    states = [c.work.gen.get_state() for c in group]
+def generator_of(call: FitCall | WarmupCall) -> torch.Generator:
+    return call.work.gen if isinstance(call, WarmupCall) else call.gen
+
+
+def kernel(group: Sequence[FitCall | WarmupCall]) -> list[Any]:
+    """The batched kernel's outcome for each call of one chunk (``train_warmups`` or ``train_clients``)."""
+    warmups = [c for c in group if isinstance(c, WarmupCall)]
+    if warmups:
+        return list(train_warmups([c.work for c in warmups]))
+    fits = [c for c in group if isinstance(c, FitCall)]
+    works = [ClientWork(c.x, c.y, c.gen, start_state(c.model), c.grad_masks, prox_masks(c), c.augment) for c in fits]
+    mu = fits[0].prox.mu if fits[0].prox is not None else 0.0
+    return list(train_clients(fits[0].model, works, fits[0].settings, fits[0].x.device, len(fits), mu))
+
+
+def train_chunk(group: Sequence[FitCall | WarmupCall], say: Callable[[str], None], notes: RoundNotes, on_fail: str) -> None:
+    """One chunk through the kernel. Its calls get outcomes only once the kernel has returned; on an
+    out-of-memory it is split in halves and each retried (outside the ``except``, so the failed
+    attempt's frames and tensors are freed first); any other failure (or an out-of-memory of one
+    client) is ``on_fail``'s: ``sequential`` leaves the calls to train one at a time from their
+    generators' states before, ``error`` raises BatchFallbackError."""
+    what = "FedPeWS warm-up chunk" if isinstance(group[0], WarmupCall) else "chunk"
+    states = [generator_of(c).get_state() for c in group]
+    out_of_memory = ""
     try:
-        outcomes = train_warmups([c.work for c in group])
+        outcomes = kernel(group)
+    except torch.OutOfMemoryError as err:
+        out_of_memory = one_line(err)
     except Exception as err:
-        say(f"a FedPeWS warm-up chunk failed in the batched kernel ({type(err).__name__}: {err}); its clients train one at a time")
-        for c, s in zip(group, states, strict=True):
-            c.work.gen.set_state(s)
+        restore(group, states)
+        fail(group, what, one_line(err), say, notes, on_fail, err)
+        return
+    if out_of_memory:
+        restore(group, states)
+        if len(group) == 1:
+            fail(group, what, out_of_memory, say, notes, on_fail, None)
+            return
+        half = (len(group) + 1) // 2
+        notes.splits.append(f"{len(group)} -> {half} + {len(group) - half} (out of memory)")
+        say(f"a {what} of {len(group)} clients ran out of device memory; it is split and retried")
+        train_chunk(group[:half], say, notes, on_fail)
+        train_chunk(group[half:], say, notes, on_fail)
         return
     for c, outcome in zip(group, outcomes, strict=True):
         c.outcome = outcome
+    notes.chunks.append(len(group))
+
+
+def one_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0][:200]}" if text else type(err).__name__
+
+
+def restore(group: Sequence[FitCall | WarmupCall], states: Sequence[torch.Tensor]) -> None:
+    """Each client's generator back to its state before the kernel drew from it."""
+    for c, state in zip(group, states, strict=True):
+        generator_of(c).set_state(state)
+
+
+def fail(
+    group: Sequence[FitCall | WarmupCall], what: str, why: str, say: Callable[[str], None], notes: RoundNotes, on_fail: str,
+    cause: BaseException | None,
+) -> None:  # fmt: skip
+    """A chunk the kernel could not train: stop the run (``error``) or count it and leave its calls to train one at a time."""
+    if on_fail == "error":
+        raise BatchFallbackError(
+            f"client-batch: the batched kernel failed on a {what} of {len(group)} clients ({why}); batch-fallback = 'error' "
+            "stops the run ('sequential' trains such a chunk one client at a time)"
+        ) from cause
+    notes.count(f"the batched kernel failed ({why})", len(group))
+    say(f"a {what} failed in the batched kernel ({why}); its clients train one at a time")
 
 
 def start_state(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -58,6 +58,11 @@ class LocalGrid(Grid):
 
             self.executor = BatchedExecutor(self._deliver, run_config, None if setting == "auto" else int(setting))
 
+    def round_notes(self) -> dict[str, Any]:
+        """The round's metrics row key ``client_batch`` (the batched executor's chunks, one-at-a-time
+        calls by reason, out-of-memory splits) where ``client-batch`` is not 1; nothing otherwise."""
+        return {} if self.executor is None else {"client_batch": self.executor.take_notes()}
+
     def close(self) -> None:
         """Stop the batched executor's lanes (threads), if any."""
         if self.executor is not None:

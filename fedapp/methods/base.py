@@ -147,6 +147,10 @@ class ServerPolicy:
         part of a personalised client); a method whose clients train less than they receive says so."""
         return task.download_masks
 
+    def check_records(self, server_round: int, pid: int, records: dict[str, dict[str, np.ndarray]]) -> None:
+        """Raise ValueError if the values of a reply's method records (decoded, of the declared
+        shapes and dtypes, finite) cannot be what an honest client sends: the reply is that node's failure."""
+
     def select(self, server_round: int, pids: list[int], rng: random.Random) -> list[int]:
         k = max(1, round(self.cfg.fraction_train * len(pids)))
         return sorted(rng.sample(pids, min(k, len(pids))))

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedapp.config import ConfigError, RunConfig, key, non_negative, one_of, positive
+from fedapp.config import MAX_ROUNDS, ConfigError, RunConfig, integer_in, key, one_of
 from fedapp.data import dataset_for
 from fedapp.device import host_arrays, load_host_arrays
 from fedapp.masks import LayerGroup, layer_groups
@@ -52,10 +52,10 @@ REFERENCE = 0  # partition whose BatchNorm statistics the server evaluates with
 
 @dataclass(frozen=True)
 class FedPartParams:
-    warmup_rounds: int = key(5, non_negative, "FedPart: full-network rounds before the first cycle (W)")
-    rounds_per_layer: int = key(2, positive, "FedPart: consecutive rounds each layer group trains within a cycle (R/L)")
-    cycles: int = key(5, non_negative, "FedPart: sweeps over all layer groups (C); 0 = the full-network baseline")
-    full_rounds_between_cycles: int = key(5, non_negative, "FedPart: full-network rounds between consecutive cycles (B)")
+    warmup_rounds: int = key(5, integer_in(0, MAX_ROUNDS), "FedPart: full-network rounds before the first cycle (W)")
+    rounds_per_layer: int = key(2, integer_in(1, MAX_ROUNDS), "FedPart: consecutive rounds each layer group trains within a cycle (R/L)")
+    cycles: int = key(5, integer_in(0, MAX_ROUNDS), "FedPart: sweeps over all layer groups (C); 0 = the full-network baseline")
+    full_rounds_between_cycles: int = key(5, integer_in(0, MAX_ROUNDS), "FedPart: full-network rounds between consecutive cycles (B)")
     layer_order: str = key("sequential", one_of(*ORDERS), "FedPart: group order within a cycle; random draws a group per round")
     bn_eval_stats: str = key("reference", one_of("reference", "mean"), "FedPart: BN statistics for global evaluation")
 

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedapp.config import RunConfig, finite, key, non_negative, one_of, positive, unit_interval
+from fedapp.config import MAX_LR, RunConfig, key, number_in, one_of, unit_interval
 from fedapp.masks import NeuronLayout, model_param_masks, neuron_layout
 from fedapp.methods.base import (
     ClientJob,
@@ -45,12 +45,24 @@ from fedapp.methods.base import (
 )
 from fedapp.methods.metric_names import WARMUP
 from fedapp.methods.pews_train import WarmupLoop, masks_to_records, records_to_masks
+from fedapp.reply_checks import ReplyError
 from fedapp.state_rounds import Schema
 from fedapp.train import bernoulli
 
 log = logging.getLogger("flwr")
 
 REF, MASK, PROBS, SCORES = "pews-ref", "pews-mask", "pews-probs", "pews-scores"
+
+
+def saturates(s: int) -> bool:
+    """Whether float32 sigmoid(s) rounds to exactly 1: the neuron is always kept and its score's gradient is 0."""
+    one = np.float32(1)
+    return bool(one / (one + np.exp(np.float32(-s))) == one)
+
+
+# The largest |s0| whose keep probability float32 holds strictly inside (0, 1) (16): beyond it a
+# score never moves (sigmoid' = 0), and sigmoid(-s0) = exp(s0) overflows for s0 << 0.
+MAX_SCORE = float(next(s for s in range(1, 100) if saturates(s)) - 1)
 
 
 @dataclass(frozen=True)
@@ -64,9 +76,12 @@ class WarmupParams:
 class PeWSParams(WarmupParams):
     """FedPeWS hyperparameters (spec §3 and the D-decisions of §6): the warmup's length, then the learned masks'."""
 
-    diversity_weight: float = key(5.0, non_negative, "lambda: weight of the mask-diversity term (0 disables it)")
-    mask_lr: float = key(0.1, positive, "eta_s: learning rate of the mask-score step")
-    mask_init: float = key(0.0, finite, "s0: initial mask score of every hidden neuron (keep probability sigmoid(s0))")
+    diversity_weight: float = key(5.0, number_in(0, MAX_LR), "lambda: weight of the mask-diversity term (0 disables it)")
+    mask_lr: float = key(0.1, number_in(0, MAX_LR, low_open=True), "eta_s: learning rate of the mask-score step")
+    mask_init: float = key(
+        0.0, number_in(-MAX_SCORE, MAX_SCORE),
+        "s0: initial mask score of every hidden neuron (keep probability sigmoid(s0), strictly inside (0, 1) in float32)",
+    )  # fmt: skip
     mask_draw: str = key(
         "independent", one_of("independent", "shared", "deterministic-upload"),
         "Bernoulli draws (D4): fresh per score step, weight step and upload; one draw shared by both steps; "
@@ -129,6 +144,16 @@ class PeWSServer(ServerPolicy):
         if self.params.diversity_ref == "probs":
             out[PROBS] = {layer.name: ((layer.out_width,), "float32") for layer in self.layout.hidden}
         return out
+
+    def check_records(self, server_round: int, pid: int, records: dict[str, dict[str, np.ndarray]]) -> None:
+        """Keep probabilities are sigmoid outputs, in [0, 1]: any other value would enter the other
+        clients' diversity reference (their warm-up masks) as it stands."""
+        for name, probs in records.get(PROBS, {}).items():
+            bad = (probs < 0) | (probs > 1)
+            if bad.any():
+                raise ReplyError(
+                    f"{PROBS}/{name}: {int(bad.sum())} keep probabilities outside [0, 1] (e.g. {float(probs[bad][0]):g}); reply refused"
+                )
 
     def reference(self, pid: int) -> np.ndarray:
         """ref_i: mean of the other clients' last masks; sigmoid(s0) before any is known (D2)."""

@@ -26,7 +26,7 @@ import math
 import numpy as np
 import torch
 
-from fedapp.config import fraction, key, one_of, positive, unit_interval
+from fedapp.config import MAX_EPOCHS, MAX_ROUNDS, fraction, integer_in, key, one_of, unit_interval
 from fedapp.methods.base import ClientJob, Method, settings_of
 from fedapp.methods.personal import Masks, PersonalClient, PersonalServer
 from fedapp.train import TrainStats, trainer
@@ -36,8 +36,8 @@ from fedapp.train import TrainStats, trainer
 class FedSelectParams:
     personal_rate: float = key(0.25, fraction, "p: share of a tensor's remaining shared coordinates made personal per mask update")
     personal_limit: float = key(0.3, unit_interval, "α: largest personal fraction of any tensor (capped exactly)")
-    mask_update_every: int = key(1, positive, "grow the masks in rounds that are multiples of this")
-    local_alt_epochs: int = key(3, positive, "LocalAlt epochs per round, each a personal pass then a shared pass")
+    mask_update_every: int = key(1, integer_in(1, MAX_ROUNDS), "grow the masks in rounds that are multiples of this")
+    local_alt_epochs: int = key(3, integer_in(1, MAX_EPOCHS), "LocalAlt epochs per round, each a personal pass then a shared pass")
     personal_selection: str = key(
         "most", one_of("most", "least", "random"), "which shared coordinates become personal (least, random: ablations)"
     )

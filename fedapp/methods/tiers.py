@@ -36,7 +36,12 @@ RECORD = "neuron-masks"
 class TierParams:
     """Run-config keys of the tiered sub-network methods (fedspu, fjord, feddrop)."""
 
-    tiers: str = key("0.2,0.4,0.6,0.8,1.0", float_list, "active fractions of the device tiers; simulated clients fill them in id order")
+    tiers: str = key(
+        "0.2,0.4,0.6,0.8,1.0",
+        float_list,
+        numbers=(int, float),
+        doc="active fractions of the device tiers; simulated clients fill them in id order",
+    )
     early_stopping: bool = key(False, doc="clients stop for good when their train/val loss rises (FedSPU Alg. 2)")
     es_lambda: float = key(0.7, unit_interval, "early-stopping loss = lambda*train loss + (1-lambda)*local-test loss")
     es_compare: str = key(">", one_of(">", ">="), "a client stops when its loss is > (paper) or >= (code) its previous one")
