@@ -27,7 +27,7 @@ from fedapp.device import host_arrays, load_host_arrays, node_device
 from fedapp.energy.phases import client_meter, phase, phase_metrics
 from fedapp.methods.base import ClientJob, ClientPolicy
 from fedapp.rundir import CLIENT_STATE
-from fedapp.runtime import configure_threads
+from fedapp.runtime import configure_determinism, configure_threads
 from fedapp.state import ContextStore, DiskStore, token_folder
 from fedapp.state_rounds import Lineage, RoundStore
 
@@ -78,6 +78,7 @@ def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
     cfg, method, params = resolve_once(context.run_config)
     cfg = node_local(cfg, context.node_config)
     configure_threads(cfg.num_threads)
+    configure_determinism(cfg.deterministic)
     device = node_device(cfg, context.node_config)
     config = dict(msg.content["config"])  # type: ignore[arg-type]
     if config.get("run-dir"):  # the folder the server resolved (a default run-dir is named there)

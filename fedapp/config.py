@@ -259,6 +259,10 @@ class RunConfig:
     )
     num_threads: int = key(1, thread_count, "torch/BLAS threads per client process")
     device: str = key("auto", device_check, "torch device to train on; auto: CUDA, else MPS, else CPU; a node's node-config device wins")
+    deterministic: bool = key(
+        False, doc="reproducible GPU runs: deterministic algorithms only, a fixed cuBLAS workspace, cuDNN benchmarking off (slower); "
+        "false: cuDNN times its convolution algorithms and keeps the fastest"
+    )  # fmt: skip
     client_batch: str = key(
         "1", client_batch_check,
         "in-process engine (fedapp run) only: train a round's clients this many at a time as one vectorised computation "

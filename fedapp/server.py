@@ -36,7 +36,7 @@ from fedapp.provenance import collect
 from fedapp.results import RunWriter, resolved_config
 from fedapp.roster import Roster
 from fedapp.run_checks import check_run
-from fedapp.runtime import configure_threads
+from fedapp.runtime import configure_determinism, configure_threads
 from fedapp.state import unkeyed_files
 from fedapp.state_rounds import Lineage
 from fedapp.strategy import EvalResult, MaskedStrategy, RoundResult
@@ -70,6 +70,7 @@ def serve(
     folder's failure.json (what `fedapp sim` reports)."""
     cfg, method, params = resolve(raw_config)
     configure_threads(cfg.num_threads)
+    configure_determinism(cfg.deterministic)
     device = process_device(cfg.device)  # central evaluation runs on the server's own device
     run_dir = rundir.resolve(cfg.run_dir, cfg.method, cfg.dataset, base)
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
