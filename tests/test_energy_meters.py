@@ -298,3 +298,46 @@ def test_energy_meter_value_checked(value: str) -> None:
     with pytest.raises(ConfigError, match="'energy-meter'"):
         parse(RunConfig, {"energy-meter": value})
     assert parse(RunConfig, {"energy-meter": "nvml+rapl"}).energy_meter == "nvml+rapl"
+
+
+class FakeNvml:
+    """NVML's Python calls (their own names) for two GPUs, the second cut into MIG instances: no driver here."""
+
+    NVML_DEVICE_MIG_ENABLE = 1
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, mig: tuple[int, ...]):
+        self.mig = mig
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:
+        return 1000 * (h + 1)
+
+    def nvmlDeviceGetMigMode(self, h: int) -> tuple[int, int]:
+        return (1, 1) if h in self.mig else (0, 0)
+
+
+@pytest.mark.parametrize(("mig", "rails", "says"), [((1,), None, "MIG on for GPU 1"), ((1,), ["0"], None), ((), None, None)])
+def test_nvml_under_mig_says_it_meters_the_whole_gpu(
+    monkeypatch: pytest.MonkeyPatch, mig: tuple[int, ...], rails: list[str] | None, says: str | None
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(mig))
+    meter = Nvml(rails)
+    text = meter.describe()
+    if says is None:
+        assert "MIG" not in text
+    else:
+        assert says in text and "cannot meter one instance" in text
+    assert meter.read() == (1.0 if rails == ["0"] else 3.0)  # mJ counters 1000 and 2000 -> J

@@ -5,7 +5,9 @@ dependency tree (pydantic, ...) and its own measurement-window API we do not nee
 nvidia-ml-py is NVIDIA's 60 kB binding with no dependencies. Volta and newer GPUs
 have a total-energy counter (mJ), read exactly; older ones only report power (mW),
 which the sampler integrates. ``energy-rails`` may name GPU indices ("0,1"); the
-default is every GPU. NVML sees the GPU only, not the CPU or the board.
+default is every GPU. NVML sees the GPU only, not the CPU or the board. Under MIG (a GPU cut
+into instances) NVML has no per-instance energy or power: the meter reads the whole GPU, other
+instances' work included, and says so in its description (meters.json, the run's log line).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class Nvml(Sensor):
                 if mode == "energy":
                     raise MeterUnavailable("this GPU has no NVML total-energy counter (Volta or newer needed)") from None
 
+        self.mig = [i for i, h in zip(self._ids, self._handles, strict=True) if mig_enabled(self.nv, h)]
+
     @property
     def rails(self) -> list[str]:
         return [str(i) for i in self._ids]
@@ -61,8 +65,18 @@ class Nvml(Sensor):
 
     def describe(self) -> str:
         how = "total-energy counter" if self.kind == "energy" else "power readings"
-        return f"nvml GPU {'+'.join(self.rails)} ({how}; available: {', '.join(self.available)})"
+        mig = f"; MIG on for GPU {'+'.join(map(str, self.mig))}: NVML cannot meter one instance, this is the whole GPU" if self.mig else ""
+        return f"nvml GPU {'+'.join(self.rails)} ({how}; available: {', '.join(self.available)}{mig})"
 
     def close(self) -> None:
         with contextlib.suppress(self.nv.NVMLError):
             self.nv.nvmlShutdown()
+
+
+def mig_enabled(nv: Any, handle: Any) -> bool:
+    """Whether MIG is on for this GPU now (False where the GPU or driver has no MIG)."""
+    try:
+        current, _pending = nv.nvmlDeviceGetMigMode(handle)
+    except (nv.NVMLError, AttributeError):
+        return False
+    return bool(current == getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1))
