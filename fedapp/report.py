@@ -35,6 +35,11 @@ TABLE_NOTE = (
     "with (k/n) when only k of n do; NA (r): only one seed does, at round r; ×: no seed reaches it. "
     "MB: 10^6 bytes of arrays sent (Flower's ArrayRecord.count_bytes: values, npy headers, names)."
 )
+PERSONAL_NOTE = (
+    "Personalised accuracy is self-reported: each client scores its own model on its own local test split "
+    "and sends the number; the server checks its form (in [0, 1], the client's own partition, 1 to test-split-size "
+    "samples) and takes the unweighted mean over clients, but cannot recompute it."
+)
 
 
 def load_runs(paths: Sequence[str | Path]) -> list[Run]:
@@ -106,7 +111,8 @@ def table(runs: list[Run], target: float | None, key: str = "accuracy", ignore: 
             f"{rounds_cell([r.rounds_to(t, key) for r in group])}{shown} | {mean_std(up, digits=3)} | {mean_std(down, digits=3)} |"
             + (energy_cells(group, t, key) if energy else "")
         )
-    return "\n".join(lines) + "\n\n" + TABLE_NOTE + "\n"
+    note = TABLE_NOTE + (" " + PERSONAL_NOTE if key.startswith("personalized_accuracy") else "")
+    return "\n".join(lines) + "\n\n" + note + "\n"
 
 
 def energy_cells(group: list[Run], target: float, key: str) -> str:

@@ -20,6 +20,7 @@ from fedapp.engine.run_local import full_config, run_local
 from fedapp.methods.base import ClientJob, ClientPolicy, ServerPolicy, local_test_scores
 from fedapp.methods.personal import PersonalClient
 from fedapp.methods.registry import resolve
+from fedapp.models.registry import initial_model
 from fedapp.strategy import MaskedStrategy
 from tests.memory_store import MemoryStore
 from tests.run_rows import outcome_rows as rows
@@ -44,8 +45,25 @@ def accuracies(n: int) -> set[Fraction]:
     return {Fraction(k, n) for k in range(n + 1)}
 
 
+@pytest.fixture(scope="module")
+def untrained() -> float:
+    """The personalised accuracy of a method that learns nothing: w0's mean accuracy over the
+    clients' local test splits (0.126 here, above 10-class chance), computed with a plain forward."""
+    cfg = resolve(full_config({**DIRICHLET, "method": "local"}))[0]
+    model = initial_model(cfg).eval()
+    accs = []
+    with torch.no_grad():
+        for pid in range(10):
+            d = client_data(cfg, pid)
+            accs.append(float(np.mean(model(torch.as_tensor(d.x_test)).argmax(1).numpy() == d.y_test)))
+    return float(np.mean(accs))
+
+
 @pytest.mark.parametrize("method", ["fedselect", "fedper", "local", "fedavg-ft", "fedspu"])
-def test_personalised_methods_run_with_defaults_on_dirichlet_digits(tmp_path: Path, method: str) -> None:
+def test_personalised_methods_run_with_defaults_on_dirichlet_digits(tmp_path: Path, method: str, untrained: float) -> None:
+    """Each round's mean beats the untrained model by 0.1 and the last by 0.2 (measured: 0.35 to
+    0.48 against 0.126). Predicting each client's majority class scores 0.41: with defaults none
+    of these methods beats it in 3 rounds, so this checks learning, not a good model."""
     out = rows(run_local({**DIRICHLET, "method": method, "run-dir": str(tmp_path / method)}))
     cfg = resolve(full_config({**DIRICHLET, "method": method}))[0]
     sizes = [len(idx) for idx in client_indices(cfg)]
@@ -56,8 +74,9 @@ def test_personalised_methods_run_with_defaults_on_dirichlet_digits(tmp_path: Pa
     for r in out:
         assert r["evaluated_clients"] == 10 and r["failures"] == 0
         lo, mean, hi = r["personalized_accuracy_min"], r["personalized_accuracy"], r["personalized_accuracy_max"]
-        assert 0 <= lo <= mean <= hi <= 1 and mean > 0.1  # digits has 10 classes: better than chance
+        assert 0 <= lo <= mean <= hi <= 1 and mean > untrained + 0.1
         assert any(abs(float(a) - lo) < 1e-12 for a in possible) and any(abs(float(a) - hi) < 1e-12 for a in possible)
+    assert out[-1]["personalized_accuracy"] > untrained + 0.2
 
 
 def empty_job(policy_method: str) -> ClientJob:

@@ -172,14 +172,21 @@ def test_a_damaged_line_before_the_last_is_an_error_naming_file_and_line(finishe
         ("FILE", "exists and is not a folder"),
     ],
 )
-def test_run_dir_is_confined_with_one_line_naming_the_key(tmp_path: Path, run_dir: str, needle: str) -> None:
+def test_run_dir_is_confined_with_one_line_naming_the_key(
+    tmp_path: Path, run_dir: str, needle: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-process, a relative run-dir resolves against the working directory: run from
+    ``tmp_path/cwd`` so ``../escaped`` names ``tmp_path/escaped``, and check nothing landed there."""
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
     target = str(tmp_path / "a-file") if run_dir == "FILE" else run_dir
     if run_dir == "FILE":
         Path(target).write_text("x")
     with pytest.raises(ConfigError, match=rf"^run-config key 'run-dir' = .*{needle}") as err:
         run_local({**BASE, "run-dir": target})
     assert "\n" not in str(err.value)
-    assert not (tmp_path.parent / "escaped").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["cwd", *(["a-file"] if run_dir == "FILE" else [])])
+    assert not any((tmp_path / "cwd").iterdir())  # nor a default runs/ folder in the working directory
 
 
 @pytest.fixture

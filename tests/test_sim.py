@@ -11,15 +11,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+import torch
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from fedapp import rundir
 from fedapp.client_config_errors import config_error_reply
 from fedapp.config import ConfigError
+from fedapp.data import dataset_for
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
+from fedapp.methods.registry import resolve
+from fedapp.models import initial_model
 from fedapp.node_query import handle_query
 from fedapp.server import serve
 from fedapp.simenv import checkout_env, ports, superlink_pids
@@ -38,8 +43,18 @@ def overrides(config: dict[str, object]) -> str:
     return " ".join(f"{k}={toml_value(v)}" for k, v in config.items())
 
 
-def check_fedavg(run_dir: Path) -> None:
-    """`flwr run` end to end, FedAvg: three rows with the full schema, meters, config, model."""
+def untrained_accuracy(config: dict[str, object]) -> float:
+    """Global test accuracy of w0, the model a run that learns nothing would end with (plain forward)."""
+    cfg = resolve(full_config(config))[0]
+    ds, model = dataset_for(cfg), initial_model(cfg).eval()
+    x = torch.from_numpy(ds.x_test)
+    with torch.no_grad():
+        return float(np.mean(model(ds.norm.tensor(x) if ds.norm else x).argmax(1).numpy() == ds.y_test))
+
+
+def check_fedavg(run_dir: Path, config: dict[str, object]) -> None:
+    """`flwr run` end to end, FedAvg: three rows with the full schema, meters, config, model;
+    the last round's accuracy 0.1 above w0's (measured in-process: 0.256 against 0.113)."""
     out = rows(run_dir)
     assert [r["round"] for r in out] == [1, 2, 3]
     for r in out:
@@ -47,7 +62,7 @@ def check_fedavg(run_dir: Path) -> None:
         assert r["bytes_up"] > 0 and r["bytes_down"] > 0 and r["seconds"] > 0
         assert set(r) >= {"round", "accuracy", "loss", "clients", "failures", "bytes_up", "bytes_down", "coverage", "seconds"}
         assert set(r["client_train_s"]) == {"0", "1"} and all(w >= 0 for w in r["client_wait_s"].values())  # energy ledger
-    assert out[-1]["accuracy"] > out[0]["accuracy"] - 0.05
+    assert out[-1]["accuracy"] > untrained_accuracy(config) + 0.1
     assert set(json.loads((run_dir / "meters.json").read_text())) == {"0", "1"}
     assert json.loads((run_dir / "config.json").read_text())["num-server-rounds"] == 3
     assert (run_dir / "model.npz").exists()
@@ -80,7 +95,7 @@ def test_two_checkouts_simulate_at_once_and_keep_their_results_apart(tmp_path: P
     for p, (out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, out[-3000:] + err[-3000:]
     assert outs[0][0].strip().endswith(f"results in {a / 'runs' / 'same'}")
-    check_fedavg(a / "runs" / "same")
+    check_fedavg(a / "runs" / "same", fedavg)
     check_fedpews(b / "runs" / "same")
     for checkout, method in ((a, "fedavg"), (b, "fedpews")):
         config = json.loads((checkout / "runs" / "same" / "config.json").read_text())

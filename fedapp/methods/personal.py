@@ -117,7 +117,7 @@ class PersonalClient(ClientPolicy):
             state = None
         if state is None:
             first = self.initial_mask(job.model)
-            if all(job.received[n].all() for n in first):
+            if all((job.received[n] | m).all() for n, m in first.items()):  # every entry not sent is personal anyway (Local)
                 return first
             # State lost (a new device, a wiped state-dir): what the server did not send stays
             # personal, so the upload stays within the global part the server holds for this client.
