@@ -29,4 +29,7 @@ def test_flwr_run_fedselect_personalized_accuracy_and_shrinking_uploads(tmp_path
     # masks grow 0 -> 25 % -> 30 % (capped): uploads shrink every round
     assert [round(r["personal_fraction"], 2) for r in rows] == [0.0, 0.25, 0.3]
     assert rows[0]["bytes_up"] > rows[1]["bytes_up"] > rows[2]["bytes_up"]
-    assert sorted(p.name for p in client_state_dir(run_dir).iterdir()) == [f"client-{p}.npz" for p in range(5)]
+    # each client's state of its last round and the version before it (what a resume after a kill reads back)
+    assert sorted(p.name for p in client_state_dir(run_dir).iterdir()) == sorted(
+        f"client-{p}{v}.npz" for p in range(5) for v in ("", ".prev")
+    )

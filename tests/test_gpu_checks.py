@@ -46,13 +46,6 @@ def test_accuracy_runs_every_method_and_passes_against_itself(tmp_path: Path) ->
     assert all(v[1] == "0.0000" and v[2] == "PASS" for v in verdicts)  # the CPU against itself: no gap
 
 
-@pytest.mark.flwr
-def test_deploy_runs_a_round_on_a_real_superlink_and_supernodes(tmp_path: Path) -> None:
-    out = gpu_check("deploy", str(tmp_path), METER="none", ROUNDS="1", RUNS="fedspu-noes")
-    assert re.search(r"^fedspu-noes: 1 rounds; devices .*'cpu", out, re.M), out[-3000:]
-    assert re.search(r"round   1: accuracy [\d.]+, [\d.]+ s, GPU nan J, failures 0", out), out[-3000:]
-
-
 def test_all_goes_on_past_a_failing_check_and_names_it() -> None:
     """`all` runs every check even after one fails, then exits non-zero naming the failed ones
     (it used to end each step with `|| true`)."""

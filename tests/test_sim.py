@@ -131,7 +131,7 @@ def test_a_bad_value_exits_2_with_one_line_before_anything_starts(tmp_path: Path
     proc = fedapp_sim(checkout, ["lr=-0.1"])
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 2 and out == ""
-    assert err.strip().splitlines() == ["fedapp: error: run-config key 'lr' = -0.1 is not allowed: expected a number > 0"]
+    assert err.strip().splitlines() == ["fedapp: error: run-config key 'lr' = -0.1 is not allowed: expected a number in (0, 100]"]
     assert not Path(checkout_env(checkout)["FLWR_HOME"]).exists() and not superlink_pids(checkout_env(checkout)["FLWR_HOME"])
 
 
