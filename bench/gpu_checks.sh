@@ -8,6 +8,7 @@
 #   bash bench/gpu_checks.sh batched     # bench/batched_round.py: one-at-a-time vs batched kernel, 50 clients
 #   bash bench/gpu_checks.sh deploy      # bench/gpu_deploy_energy.sh: loopback deployment, NVML joules, ES savings
 #   bash bench/gpu_checks.sh accuracy    # bench/gpu_vs_cpu.py: same-seed GPU vs CPU accuracy, 5 methods
+#   bash bench/gpu_checks.sh determinism # bench/gpu_determinism.py: two same-seed GPU runs, deterministic off and on
 #   bash bench/gpu_checks.sh all         # each of the above; exits non-zero if any of them failed
 # On a machine without a GPU, DEVICE=cpu runs the same entries on the CPU (tests/test_gpu_checks.py
 # runs each for one step that way).
@@ -26,8 +27,9 @@ check() {
     round) "$PY" bench/gpu_round.py --device "$DEVICE" ${ROUND_ARGS:-} ;;
     batched) "$PY" bench/batched_round.py --device "$DEVICE" ${BATCHED_ARGS:-} ;;
     deploy) bash bench/gpu_deploy_energy.sh "${2:-$PWD/runs/gpu-deploy}" ;;
+    determinism) "$PY" bench/gpu_determinism.py --device "$DEVICE" ${DETERMINISM_ARGS:-} ;;
     accuracy) "$PY" bench/gpu_vs_cpu.py --gpu "$DEVICE" --out "${2:-$PWD/runs/gpu-vs-cpu}" ${ACCURACY_ARGS:-} ;;
-    *) echo "usage: bash bench/gpu_checks.sh round|batched|deploy|accuracy|all [OUT_DIR]" >&2; return 2 ;;
+    *) echo "usage: bash bench/gpu_checks.sh round|batched|deploy|accuracy|determinism|all [OUT_DIR]" >&2; return 2 ;;
   esac
 }
 if [ "${1:-all}" != all ]; then
@@ -35,7 +37,7 @@ if [ "${1:-all}" != all ]; then
   exit
 fi
 failed=()
-for c in ${CHECKS:-round batched accuracy deploy}; do  # CHECKS: a subset, in this order
+for c in ${CHECKS:-round batched accuracy determinism deploy}; do  # CHECKS: a subset, in this order
   check "$c" || failed+=("$c")
 done
 [ ${#failed[@]} -eq 0 ] || { echo "gpu_checks: failed: ${failed[*]}" >&2; exit 1; }

@@ -46,6 +46,13 @@ def test_accuracy_runs_every_method_and_passes_against_itself(tmp_path: Path) ->
     assert all(v[1] == "0.0000" and v[2] == "PASS" for v in verdicts)  # the CPU against itself: no gap
 
 
+def test_determinism_runs_each_case_twice_and_the_cpu_repeats_itself_bit_for_bit() -> None:
+    out = gpu_check("determinism", DETERMINISM_ARGS="--rounds 1")
+    rows = re.findall(r"^(.+?)\s+(True|False)\s+(True|False)\s+(\S+)$", out, re.M)
+    assert len(rows) == 6 and {r[1] for r in rows} == {"True", "False"}, out[-2000:]
+    assert all(r[2] == "True" and float(r[3]) == 0 for r in rows)  # on a CPU every pair is identical
+
+
 def test_all_goes_on_past_a_failing_check_and_names_it() -> None:
     """`all` runs every check even after one fails, then exits non-zero naming the failed ones
     (it used to end each step with `|| true`)."""
