@@ -3,7 +3,7 @@ and keep what each run produced, so a refactor can be checked bit for bit agains
 before it.
 
     PYTHONPATH=. .venv/bin/python scripts/config_snapshot.py run OUT [--only NAME ...]
-    PYTHONPATH=. .venv/bin/python scripts/config_snapshot.py compare BEFORE AFTER
+    PYTHONPATH=. .venv/bin/python scripts/config_snapshot.py compare BEFORE AFTER [--new-keys anomaly,...]
 
 ``run`` writes OUT/<config>/metrics.jsonl, model.npz and config.json (``--only`` adds to an
 existing OUT, replacing those configs' folders), and OUT/status.json after every config.
@@ -86,7 +86,9 @@ def run_all(out: Path, only: list[str]) -> int:
     return 0 if all(s == "ok" or s.startswith("skipped") for s in status.values()) else 1
 
 
-def compare(before: Path, after: Path) -> int:
+def compare(before: Path, after: Path, new_keys: frozenset[str] = frozenset()) -> int:
+    """Exit status 1 on any difference; ``new_keys``: row keys the code after added on purpose
+    (present only in AFTER's rows), left out of the comparison."""
     old = json.loads((before / "status.json").read_text())
     new = json.loads((after / "status.json").read_text())
     bad = 0
@@ -96,7 +98,8 @@ def compare(before: Path, after: Path) -> int:
             bad += old.get(name) != new.get(name)
             continue
         diffs = []
-        a_rows, b_rows = outcome_rows(before / name), outcome_rows(after / name)
+        a_rows = outcome_rows(before / name)
+        b_rows = [{k: v for k, v in row.items() if not (k in new_keys and all(k not in a for a in a_rows))} for row in outcome_rows(after / name)]
         if a_rows != b_rows:
             keys = sorted({k for a, b in zip(a_rows, b_rows, strict=False) for k in set(a) | set(b) if a.get(k) != b.get(k)})
             diffs.append(f"metrics differ ({len(a_rows)} vs {len(b_rows)} rows; keys {keys})")
@@ -122,10 +125,11 @@ def main() -> int:
     c = sub.add_parser("compare")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
+    c.add_argument("--new-keys", default="", help="comma list of row keys AFTER added on purpose (ignored where BEFORE lacks them)")
     args = p.parse_args()
     if args.cmd == "run":
         return run_all(args.out.resolve(), args.only)
-    return compare(args.before, args.after)
+    return compare(args.before, args.after, frozenset(k for k in args.new_keys.split(",") if k))
 
 
 if __name__ == "__main__":
