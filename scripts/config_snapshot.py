@@ -99,7 +99,8 @@ def compare(before: Path, after: Path, new_keys: frozenset[str] = frozenset()) -
             continue
         diffs = []
         a_rows = outcome_rows(before / name)
-        b_rows = [{k: v for k, v in row.items() if not (k in new_keys and all(k not in a for a in a_rows))} for row in outcome_rows(after / name)]
+        added = {k for k in new_keys if all(k not in a for a in a_rows)}
+        b_rows = [{k: v for k, v in row.items() if k not in added} for row in outcome_rows(after / name)]
         if a_rows != b_rows:
             keys = sorted({k for a, b in zip(a_rows, b_rows, strict=False) for k in set(a) | set(b) if a.get(k) != b.get(k)})
             diffs.append(f"metrics differ ({len(a_rows)} vs {len(b_rows)} rows; keys {keys})")
