@@ -36,6 +36,7 @@ BASE = {"dataset": "digits", "num-clients": 8, "energy-meter": "none", "device":
 CASES: dict[str, dict[str, Any]] = {
     "cnn": {"model": "cnn"},
     "mlp": {"model": "mlp"},
+    "mlp-5-epochs": {"model": "mlp", "local-epochs": 5},
     "mlp-fedprox-adam": {"model": "mlp", "method": "fedprox", "proximal-mu": 0.1, "optimizer": "adam", "lr": 0.01},
     "fedselect-mlp": {"model": "mlp", "method": "fedselect"},
     "fedpews-mlp-warmup": {"model": "mlp", "method": "fedpews", "warmup-fraction": 0.5, "diversity-weight": 1.0},

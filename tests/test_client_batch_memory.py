@@ -33,6 +33,8 @@ def test_each_client_adds_its_lane_and_kernel_bytes() -> None:
     # FedProx: its anchor in the lane and the kernel's stacked anchor; 5 test samples; FedSelect's two mask sets
     # (1 B per weight each) and the kernel's stacked masks (bool + float: 5 B per weight)
     assert client_bytes(model, (2,), 4, 10, 1, True, test_samples=5, masks=2) == lane + kernel + step + 2 * 36 + 5 * 16 + 9 * (2 + 5)
+    # 7 steps (local-steps, or more epochs) instead of one epoch's 3: 4 more rows of the step grid
+    assert client_bytes(model, (2,), 4, 10, 1, False, steps=7) == lane + kernel + step + 4 * 4 * 12
     # a FedPeWS warm-up: its loop's anchor in the lane, the weight pass's parameter masks and masked weights
     assert client_bytes(model, (2,), 4, 10, 1, False, warmup=True) == lane + kernel + step + 3 * 36
 

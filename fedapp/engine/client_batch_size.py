@@ -14,7 +14,8 @@ What one client adds to a chunk (:func:`client_bytes`), as the lanes and the ker
   gradient masks, ``MASK_SETS``);
 - the kernel: the stacked weights, the optimizer's state, the stacked proximal anchor and
   gradient masks,
-  the chunk's concatenated copy of the training data and its step grid, and per step the
+  the chunk's concatenated copy of the training data and its step grid (every step of the
+  round), and per step the
   gradients, the minibatch and the activations the vmapped forward saves for the backward
   pass with their gradients (``ACTIVATION_COPIES`` times the outputs of every module on one
   minibatch, views left out; a warm-up step's weight pass also holds its parameter masks
@@ -101,7 +102,8 @@ def chunk_bytes(cfg: Any, k: int, samples: int, test_samples: int, model: nn.Mod
     warmup = cfg.method == "fedpews"  # sized for its warm-up chunks, the larger
     masks = MASK_SETS.get(cfg.method, 0)
     slots = optimizer_slots(cfg)
-    return k * client_bytes(model, ds.in_shape, cfg.batch_size, samples, slots, cfg.uses_prox, test_samples, warmup, masks)
+    steps = cfg.local_steps if cfg.local_steps > 0 else cfg.local_epochs * math.ceil(samples / cfg.batch_size)
+    return k * client_bytes(model, ds.in_shape, cfg.batch_size, samples, slots, cfg.uses_prox, test_samples, warmup, masks, steps)
 
 
 def optimizer_slots(cfg: Any) -> int:
@@ -140,14 +142,16 @@ def client_bytes(
     test_samples: int = 0,
     warmup: bool = False,
     masks: int = 0,
+    steps: int = 0,
 ) -> int:
-    """Device bytes one client adds to a chunk (the module docstring lists them)."""
+    """Device bytes one client adds to a chunk (the module docstring lists them); ``steps``:
+    its minibatch steps in the round (0: one epoch)."""
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     row = math.prod(in_shape) * 4 + LABEL_BYTES
     elements = sum(p.numel() for p in model.parameters())
     lane = params + buffers + (samples + test_samples) * row + params * int(prox or warmup) + elements * masks
-    steps = math.ceil(samples / batch_size)
+    steps = steps or math.ceil(samples / batch_size)
     grid = steps * batch_size * (8 + 4)  # row indices (int64) and weights per minibatch entry
     stacked = params + buffers + params * (slots + int(prox)) + samples * row + grid
     if masks:  # the kernel's stacked gradient masks (bool) and the optimizer's float copy
