@@ -9,7 +9,7 @@ running total of the allocator's allocations and frees, counted from before the 
 on CUDA it is ``torch.cuda.max_memory_allocated`` above the level before the first lane. It
 prints that next to ``fedapp.engine.client_batch_size.chunk_bytes`` for the same k.
 
-    PYTHONPATH=. python bench/client_batch_memory.py [--k 2,4,8] [--device cuda]
+    PYTHONPATH=. python bench/client_batch_memory.py [--k 2,4,8] [--device cuda] [--cases cnn,mlp]
 """
 
 from __future__ import annotations
@@ -83,6 +83,7 @@ def measure(raw: Mapping[str, Any], k: int, device: str = "cpu") -> int:
     """Peak bytes the allocator held for a chunk of k clients above its level before the first lane."""
     dev = torch.device(device)
     if dev.type == "cuda":
+        torch.ones(8, 8, device=dev) @ torch.ones(8, 8, device=dev)  # cuBLAS's workspace: the process's, not the chunk's
         torch.cuda.synchronize(dev)
         base = torch.cuda.memory_allocated(dev)
         torch.cuda.reset_peak_memory_stats(dev)
@@ -103,25 +104,28 @@ def measure(raw: Mapping[str, Any], k: int, device: str = "cpu") -> int:
     return peak
 
 
-def estimate(raw: Mapping[str, Any], k: int) -> int:
+def estimate(raw: Mapping[str, Any], k: int, device: str = "cpu") -> int:
     """``chunk_bytes`` for k clients with the sizes of partition 0 (the chunk ``lanes`` builds has
     the sizes of partitions 0..k-1; the estimate takes one client's, as ``auto`` takes twice a mean one's)."""
     cfg = resolve_once(raw)[0]
     data = client_data(cfg, 0)
-    return chunk_bytes(cfg, k, int(data.x_train.shape[0]), int(data.x_test.shape[0]))
+    return chunk_bytes(cfg, k, int(data.x_train.shape[0]), int(data.x_test.shape[0]), cuda=torch.device(device).type == "cuda")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--k", default="2,4,8", help="clients per chunk (comma-separated)")
     ap.add_argument("--device", default="cpu", help="cpu (profiler memory events) or cuda (max_memory_allocated)")
+    ap.add_argument("--cases", default=",".join(CASES), help="which of the cases (comma-separated)")
     args = ap.parse_args()
     print(f"device {args.device}, torch {torch.__version__}")
     print(f"{'case':20} {'k':>3} {'estimate MiB':>13} {'measured MiB':>13} {'ratio':>6}")
-    for name in CASES:
+    for name in args.cases.split(","):
         raw = config(name)
         for k in (int(v) for v in args.k.split(",")):
-            est, got = estimate(raw, k), measure(raw, k, args.device)
+            if args.device != "cpu":  # once first: cuDNN's one-off workspace and algorithm choice are the process's
+                measure(raw, k, args.device)
+            est, got = estimate(raw, k, args.device), measure(raw, k, args.device)
             print(f"{name:20} {k:3d} {est / 2**20:13.3f} {got / 2**20:13.3f} {est / got:6.3f}")
 
 

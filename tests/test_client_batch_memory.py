@@ -39,6 +39,16 @@ def test_each_client_adds_its_lane_and_kernel_bytes() -> None:
     assert client_bytes(model, (2,), 4, 10, 1, False, warmup=True) == lane + kernel + step + 3 * 36
 
 
+def test_on_cuda_a_convolution_adds_cudnns_workspace() -> None:
+    """Conv2d(1, 2, 3, padding=1) on 1 x 4 x 4 inputs, minibatch 2: its unfolded input is 1 x 9 values
+    for each of 16 output positions and 2 samples, float32; twice that is cuDNN's workspace. A
+    model without convolutions adds none."""
+    conv = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1))
+    assert client_bytes(conv, (1, 4, 4), 2, 4, 0, False, cuda=True) - client_bytes(conv, (1, 4, 4), 2, 4, 0, False) == 2 * 9 * 16 * 2 * 4
+    linear = nn.Sequential(nn.Linear(2, 3))
+    assert client_bytes(linear, (2,), 4, 10, 0, False, cuda=True) == client_bytes(linear, (2,), 4, 10, 0, False)
+
+
 def test_a_view_allocates_no_activation() -> None:
     flat = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
     assert client_bytes(flat, (2, 2), 4, 4, 0, False) - client_bytes(nn.Sequential(nn.Linear(4, 3)), (4,), 4, 4, 0, False) == 0
@@ -56,9 +66,11 @@ def test_the_node_devices_decides() -> None:
 
 
 def test_free_memory_is_read_again_every_round(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No CUDA here: the driver's free-memory reading is replaced, the sizing rule is the real one."""
+    """No CUDA here: the driver's and the caching allocator's readings are replaced, the sizing rule is the real one."""
     free = [10_000_000]
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda _device=None: (free[0], 2 * free[0]))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda _device=None: 0)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda _device=None: 0)
     size = AutoSize(torch.device("cuda"), (8, 8), per_client=100_000)
     executor = BatchedExecutor(lambda m: m, {}, None, sizes=[size])
     assert executor.size() == 50  # half of 10 MB in 100 kB clients
@@ -67,3 +79,7 @@ def test_free_memory_is_read_again_every_round(monkeypatch: pytest.MonkeyPatch) 
     free[0] = 10**12
     assert executor.size() == AUTO_MAX
     assert executor.auto_min == 1
+    free[0] = 3_000_000  # torch's caching allocator holds 4 MB, of which 1 MB in use: 3 MB more it can hand out
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda _device=None: 4_000_000)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda _device=None: 1_000_000)
+    assert executor.size() == 30

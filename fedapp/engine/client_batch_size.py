@@ -19,12 +19,14 @@ What one client adds to a chunk (:func:`client_bytes`), as the lanes and the ker
   gradients, the minibatch and the activations the vmapped forward saves for the backward
   pass with their gradients (``ACTIVATION_COPIES`` times the outputs of every module on one
   minibatch, views left out; a warm-up step's weight pass also holds its parameter masks
-  and the masked weights).
+  and the masked weights); on CUDA also cuDNN's convolution workspace
+  (``CONV_WORKSPACE_COPIES`` times the largest convolution's unfolded input).
 
 The estimate is checked against the peak the kernel really allocates on the CPU
-(bench/client_batch_memory.py, tests/test_client_batch_memory.py). Free memory is read
-each time a run is sized, on the device the clients train on (a node-config ``device``
-wins over the run-config's, as for the clients themselves).
+(bench/client_batch_memory.py, tests/test_client_batch_memory.py; docs/batched.md has the
+CUDA figures). Free memory is read again every round (:meth:`AutoSize.pick`), counting the
+blocks torch's caching allocator holds unused as free, on the device the clients train on
+(a node-config ``device`` wins over the run-config's, as for the clients themselves).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ AUTO_MEMORY_SHARE = 0.5
 ACTIVATION_COPIES = 2  # each module's output, saved for the backward pass, and its gradient
 MASK_SETS = {"fedselect": 2, "fedspu": 1}  # bool gradient masks per parameter a client's lane holds (FedSelect: personal and shared)
 LABEL_BYTES = 8  # int64 class labels
+CONV_WORKSPACE_COPIES = 2  # cuDNN's workspace per client, in unfolded inputs of the largest convolution (measured, H200)
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,8 @@ class AutoSize:
         """(clients per chunk, fewest train messages of a round that is batched)."""
         if self.device.type != "cuda":
             return self.cpu_pick
-        free, _ = torch.cuda.mem_get_info(self.device)  # read now: what earlier rounds left and the data cache hold is not free
+        free, _ = torch.cuda.mem_get_info(self.device)  # read now: what earlier rounds' lanes and the data cache hold is not free
+        free += torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)  # torch's cached blocks are
         return max(1, min(AUTO_MAX, math.floor(AUTO_MEMORY_SHARE * free / self.per_client))), 1
 
 
@@ -83,7 +87,7 @@ def auto_size(raw: Mapping[str, Any], node_config: Mapping[str, Any] | None = No
         return AutoSize(device, cpu_pick)
     train = max(2 * int(ds.y_train.shape[0]) // max(cfg.num_clients, 1), cfg.batch_size)  # twice a mean client's samples
     test = 2 * int(client_data(cfg, 0).y_test.shape[0])  # a client's own test split (personalised methods), twice
-    return AutoSize(device, cpu_pick, chunk_bytes(cfg, 1, train, test, model))
+    return AutoSize(device, cpu_pick, chunk_bytes(cfg, 1, train, test, model, cuda=True))
 
 
 def auto_client_batch(raw: Mapping[str, Any], node_config: Mapping[str, Any] | None = None) -> tuple[int, int]:
@@ -91,9 +95,9 @@ def auto_client_batch(raw: Mapping[str, Any], node_config: Mapping[str, Any] | N
     return auto_size(raw, node_config).pick()
 
 
-def chunk_bytes(cfg: Any, k: int, samples: int, test_samples: int, model: nn.Module | None = None) -> int:
+def chunk_bytes(cfg: Any, k: int, samples: int, test_samples: int, model: nn.Module | None = None, cuda: bool = False) -> int:
     """Device bytes of a chunk of ``k`` clients of run-config ``cfg`` with ``samples`` training
-    and ``test_samples`` test samples each."""
+    and ``test_samples`` test samples each (``cuda``: on a CUDA device)."""
     from fedapp.data import dataset_for
     from fedapp.models import build_model
 
@@ -103,7 +107,8 @@ def chunk_bytes(cfg: Any, k: int, samples: int, test_samples: int, model: nn.Mod
     masks = MASK_SETS.get(cfg.method, 0)
     slots = optimizer_slots(cfg)
     steps = cfg.local_steps if cfg.local_steps > 0 else cfg.local_epochs * math.ceil(samples / cfg.batch_size)
-    return k * client_bytes(model, ds.in_shape, cfg.batch_size, samples, slots, cfg.uses_prox, test_samples, warmup, masks, steps)
+    args = (samples, slots, cfg.uses_prox, test_samples, warmup, masks, steps, cuda)
+    return k * client_bytes(model, ds.in_shape, cfg.batch_size, *args)
 
 
 def optimizer_slots(cfg: Any) -> int:
@@ -111,16 +116,20 @@ def optimizer_slots(cfg: Any) -> int:
     return 2 if settings.optimizer == "adam" else int(settings.momentum > 0) + int(needs_restore(settings))
 
 
-def module_output_bytes(model: nn.Module, in_shape: tuple[int, ...], batch_size: int) -> int:
-    """Bytes of the outputs of every leaf module on one minibatch of ``batch_size``, views of
-    the module's input (Flatten, in-place ReLU) left out: they allocate nothing."""
-    outputs = 0
+def forward_bytes(model: nn.Module, in_shape: tuple[int, ...], batch_size: int) -> tuple[int, int]:
+    """On one minibatch of ``batch_size``: bytes of the outputs of every leaf module, views of
+    the module's input (Flatten, in-place ReLU) left out (they allocate nothing); and of the
+    largest convolution's unfolded input (in channels per group x kernel x output positions)."""
+    outputs = unfolded = 0
 
-    def count(_m: nn.Module, inputs: Any, out: Any) -> None:
-        nonlocal outputs
+    def count(m: nn.Module, inputs: Any, out: Any) -> None:
+        nonlocal outputs, unfolded
         shared = {t.untyped_storage().data_ptr() for t in inputs if isinstance(t, torch.Tensor)}
         if isinstance(out, torch.Tensor) and out.untyped_storage().data_ptr() not in shared:
             outputs += out.numel() * out.element_size()
+        if isinstance(m, nn.modules.conv._ConvNd) and isinstance(out, torch.Tensor):
+            per_position = m.in_channels // m.groups * math.prod(m.kernel_size)
+            unfolded = max(unfolded, per_position * math.prod(out.shape[2:]) * out.shape[0] * out.element_size())
 
     handles = [m.register_forward_hook(count) for m in model.modules() if not list(m.children())]
     try:
@@ -129,7 +138,7 @@ def module_output_bytes(model: nn.Module, in_shape: tuple[int, ...], batch_size:
     finally:
         for h in handles:
             h.remove()
-    return outputs
+    return outputs, unfolded
 
 
 def client_bytes(
@@ -143,9 +152,10 @@ def client_bytes(
     warmup: bool = False,
     masks: int = 0,
     steps: int = 0,
+    cuda: bool = False,
 ) -> int:
     """Device bytes one client adds to a chunk (the module docstring lists them); ``steps``:
-    its minibatch steps in the round (0: one epoch)."""
+    its minibatch steps in the round (0: one epoch); ``cuda``: with cuDNN's convolution workspace."""
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     row = math.prod(in_shape) * 4 + LABEL_BYTES
@@ -156,7 +166,8 @@ def client_bytes(
     stacked = params + buffers + params * (slots + int(prox)) + samples * row + grid
     if masks:  # the kernel's stacked gradient masks (bool) and the optimizer's float copy
         stacked += elements * (1 + 4)
-    step = params + ACTIVATION_COPIES * module_output_bytes(model, in_shape, batch_size) + batch_size * row
+    outputs, unfolded = forward_bytes(model, in_shape, batch_size)
+    step = params + ACTIVATION_COPIES * outputs + batch_size * row + CONV_WORKSPACE_COPIES * unfolded * int(cuda)
     if warmup:  # its score pass and weight pass run one after the other; the weight pass also holds
         step += 2 * params  # the step's parameter masks and the masked weights
     return lane + stacked + step
