@@ -13,11 +13,9 @@ What one client adds to a chunk (:func:`client_bytes`), as the lanes and the ker
   method state there (FedProx's anchor; a FedPeWS warm-up's anchor; FedSelect's and FedSPU's
   gradient masks, ``MASK_SETS``);
 - the kernel: the stacked weights, the optimizer's state, the stacked proximal anchor and
-  gradient masks,
-  the chunk's concatenated copy of the training data and its step grid (every step of the
-  round), and per step the
-  gradients, the minibatch and the activations the vmapped forward saves for the backward
-  pass with their gradients (``ACTIVATION_COPIES`` times the outputs of every module on one
+  gradient masks, the chunk's concatenated copy of the training data and its step grid
+  (every step of the round), and per step the gradients, the minibatch and the activations
+  the vmapped forward saves for the backward pass with their gradients (``ACTIVATION_COPIES`` times the outputs of every module on one
   minibatch, views left out; a warm-up step's weight pass also holds its parameter masks
   and the masked weights); on CUDA also cuDNN's convolution workspace
   (``CONV_WORKSPACE_COPIES`` times the largest convolution's unfolded input).
@@ -64,8 +62,9 @@ class AutoSize:
         """(clients per chunk, fewest train messages of a round that is batched)."""
         if self.device.type != "cuda":
             return self.cpu_pick
-        free, _ = torch.cuda.mem_get_info(self.device)  # read now: what earlier rounds' lanes and the data cache hold is not free
-        free += torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)  # torch's cached blocks are
+        # read now: what earlier rounds' lanes and the data cache hold is not free; torch's cached unused blocks are
+        free, _ = torch.cuda.mem_get_info(self.device)
+        free += torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
         return max(1, min(AUTO_MAX, math.floor(AUTO_MEMORY_SHARE * free / self.per_client))), 1
 
 
