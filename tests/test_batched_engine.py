@@ -400,10 +400,12 @@ def test_auto_on_a_cpu_trains_small_rounds_one_at_a_time(tmp_path: Path, chunks:
 
 def test_the_cuda_memory_estimate_counts_weights_outputs_and_data() -> None:
     """Linear(2, 3) + ReLU, minibatch 4, 10 samples, momentum (1 state tensor), no FedProx:
-    weights 9 floats x (3 + 1) copies, outputs 2 x (12 + 12) floats, data 10 x (2 floats + 1 int64)."""
+    weights 9 floats x 4 copies (lane, stack, momentum, gradients), outputs 2 x (12 + 12) floats,
+    data 10 x (2 floats + 1 int64) twice (lane, chunk) and a minibatch of 4, a grid of 3 x 4 x 12 B
+    (tests/test_client_batch_memory.py has the rest)."""
     model = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
-    assert client_bytes(model, (2,), 4, 10, 1, False) == 9 * 4 * 4 + 2 * (12 + 12) * 4 + 10 * (2 * 4 + 8)
-    assert client_bytes(model, (2,), 4, 10, 2, True) - client_bytes(model, (2,), 4, 10, 1, False) == 2 * 9 * 4
+    assert client_bytes(model, (2,), 4, 10, 1, False) == 9 * 4 * 4 + 2 * (12 + 12) * 4 + (2 * 10 + 4) * (2 * 4 + 8) + 3 * 4 * 12
+    assert client_bytes(model, (2,), 4, 10, 2, True) - client_bytes(model, (2,), 4, 10, 1, False) == 3 * 9 * 4
 
 
 def test_the_equivalence_check_catches_a_mask_leak(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

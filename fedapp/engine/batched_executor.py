@@ -46,7 +46,7 @@ from torch import nn
 
 from fedapp.batched.pews import WarmupWork, train_warmups, warmup_key
 from fedapp.batched.train import ClientOutcome, ClientWork, train_clients, unbatchable
-from fedapp.engine.client_batch_size import auto_client_batch
+from fedapp.engine.client_batch_size import AutoSize, auto_size
 from fedapp.methods.pews_train import use_warmup_runner
 from fedapp.train import Augment, ProximalTerm, TrainSettings, TrainStats, local_train, use_trainer
 
@@ -252,11 +252,13 @@ class Lane:
 
 @dataclass
 class BatchedExecutor:
-    """Trains a round's train messages ``client_batch`` at a time (None: ``auto``, sized at first use)."""
+    """Trains a round's train messages ``client_batch`` at a time (None: ``auto``, sized anew each
+    round for the nodes' devices)."""
 
     deliver: Callable[[Message], Message]
     run_config: Mapping[str, Any]
     client_batch: int | None
+    node_configs: Sequence[Mapping[str, Any]] = ()
     lanes: list[Lane] = field(default_factory=list)
     said: set[str] = field(default_factory=set)
     notes: RoundNotes = field(default_factory=RoundNotes)
@@ -277,10 +279,17 @@ class BatchedExecutor:
 
     auto_min: int = 1  # auto: rounds with fewer train messages go one at a time
 
+    sizes: list[AutoSize] | None = None  # auto: one per device the nodes train on, made at first use
+
     def size(self) -> int:
-        if self.client_batch is None:
-            self.client_batch, self.auto_min = auto_client_batch(self.run_config)
+        if self.client_batch is None and self.sizes is None:
+            devices = {str(c.get("device") or ""): c for c in self.node_configs} or {"": {}}
+            self.sizes = [auto_size(self.run_config, c) for c in devices.values()]
+        if self.sizes is not None:  # free device memory read again for every round
+            picks = [s.pick() for s in self.sizes]
+            self.client_batch, self.auto_min = min(p[0] for p in picks), max(p[1] for p in picks)
             self.once(f"auto picked {self.client_batch} clients per chunk, for rounds of at least {self.auto_min} clients")
+        assert self.client_batch is not None
         return self.client_batch
 
     def run(self, messages: Sequence[Message]) -> list[Message]:

@@ -56,7 +56,8 @@ class LocalGrid(Grid):
         if setting != "1":  # torch and the batched kernel only where they are used
             from fedapp.engine.batched_executor import BatchedExecutor
 
-            self.executor = BatchedExecutor(self._deliver, run_config, None if setting == "auto" else int(setting))
+            nodes = [c.node_config for c in self.contexts.values()]
+            self.executor = BatchedExecutor(self._deliver, run_config, None if setting == "auto" else int(setting), nodes)
 
     def round_notes(self) -> dict[str, Any]:
         """The round's metrics row key ``client_batch`` (the batched executor's chunks, one-at-a-time
