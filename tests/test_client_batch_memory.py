@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from bench.client_batch_memory import config, estimate, measure
 from fedapp.config import ConfigError
 from fedapp.engine.batched_executor import BatchedExecutor
 from fedapp.engine.client_batch_size import AUTO_MAX, AutoSize, auto_client_batch, client_bytes
 from fedapp.engine.run_local import full_config
+from tests.chunk_memory import config, estimate, measure
 
 
 @pytest.mark.parametrize(("case", "k"), [("cnn", 2), ("cnn", 4), ("mlp-fedprox-adam", 8), ("fedselect-mlp", 4), ("fedpews-mlp-warmup", 4)])
