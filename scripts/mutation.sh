@@ -16,7 +16,7 @@ declare -A TESTS=(
   [fedapp/aggregate.py]="tests/test_aggregate.py"
   [fedapp/wire.py]="tests/test_wire.py"
   [fedapp/masks.py]="tests/test_masks.py"
-  [fedapp/rundir.py]="tests/test_run_folders.py"
+  [fedapp/rundir.py]="tests/test_rundir.py"
   [fedapp/roster.py]="tests/test_roster.py"
 )
 ORDER=(fedapp/aggregate.py fedapp/wire.py fedapp/masks.py fedapp/rundir.py fedapp/roster.py)
