@@ -79,7 +79,8 @@ def test_dense_fast_path_is_bit_identical_to_all_ones_masks() -> None:
 
 
 def test_a_tensor_nobody_sent_keeps_its_value_and_counts_are_whole_numbers_shaped_like_it() -> None:
-    g: dict[str, np.ndarray] = {"n": np.array(3, np.int64), "w": np.array([[1.0, 2.0], [3.0, 4.0]], np.float32), "b": np.array([5.0, 6.0], np.float32)}
+    w, b = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32), np.array([5.0, 6.0], np.float32)
+    g: dict[str, np.ndarray] = {"n": np.array(3, np.int64), "w": w, "b": b}
     c = Contribution(1.0, {"w": np.array([[3.0, 2.0], [1.0, 0.0]], np.float32)})  # dense "w"; nobody sends "b"
     for server_lr in (1.0, 0.5):
         out = masked_mean(g, [c], server_lr)
