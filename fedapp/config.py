@@ -137,6 +137,7 @@ def device_check(v: Any) -> str | None:
     return None if DEVICE_RE.fullmatch(str(v)) else "auto, cpu, cuda, cuda:N (N = 0, 1, ...) or mps"
 
 
+@allows("auto or a whole number >= 1")
 def client_batch_check(v: Any) -> str | None:
     return None if re.fullmatch(r"auto|[1-9]\d*", str(v)) else "auto or a whole number >= 1"
 

@@ -18,8 +18,10 @@ declare -A TESTS=(
   [fedapp/masks.py]="tests/test_masks.py"
   [fedapp/rundir.py]="tests/test_rundir.py"
   [fedapp/roster.py]="tests/test_roster.py"
+  [fedapp/reply_checks.py]="tests/test_reply_coverage.py tests/test_faults.py"
+  [fedapp/config.py]="tests/test_config.py tests/test_config_values.py"
 )
-ORDER=(fedapp/aggregate.py fedapp/wire.py fedapp/masks.py fedapp/rundir.py fedapp/roster.py)
+ORDER=(fedapp/aggregate.py fedapp/wire.py fedapp/masks.py fedapp/rundir.py fedapp/roster.py fedapp/reply_checks.py fedapp/config.py)
 EQUIVALENTS=$root/tests/mutation-equivalents.txt
 
 [ -x .venv/bin/python ] || scripts/setup.sh
