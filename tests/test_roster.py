@@ -345,6 +345,7 @@ def test_a_query_waits_at_least_a_second_and_a_node_that_did_not_answer_is_asked
     g = grid(tmp_path, 1, num_clients=1)
     roster = Roster(g, 1)
     roster.query([4242, 1000], 0.25)  # 4242: no such node, its reply is an error (and the next answer still counts)
+    assert roster.nodes == {0: 1000}  # the answer after the error still counts
     roster.query([1000], 30)
     assert g.ttls == [1.0, 1.0, 30.0] and g.timeouts == [1.0, 30.0]
     assert "node 4242 did not answer discovery: no node 4242" in caplog.text
