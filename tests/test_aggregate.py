@@ -76,3 +76,37 @@ def test_dense_fast_path_is_bit_identical_to_all_ones_masks() -> None:
                 assert np.array_equal(a.arrays[k], b.arrays[k]) and a.arrays[k].dtype == np.float32
                 assert np.array_equal(a.counts[k], b.counts[k])
             assert a.counts["b"].max() == 4  # four replies sent "b" with a weight > 0
+
+
+def test_a_tensor_nobody_sent_keeps_its_value_and_counts_are_whole_numbers_shaped_like_it() -> None:
+    w, b = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32), np.array([5.0, 6.0], np.float32)
+    g: dict[str, np.ndarray] = {"n": np.array(3, np.int64), "w": w, "b": b}
+    c = Contribution(1.0, {"w": np.array([[3.0, 2.0], [1.0, 0.0]], np.float32)})  # dense "w"; nobody sends "b"
+    for server_lr in (1.0, 0.5):
+        out = masked_mean(g, [c], server_lr)
+        assert int(out.arrays["n"]) == 3  # an int tensor listed first does not end the loop
+        np.testing.assert_array_equal(out.arrays["b"], [5.0, 6.0])  # no contributor: unchanged (not 0/0)
+        np.testing.assert_array_equal(out.counts["b"], [0, 0])
+        assert out.counts["w"].shape == (2, 2) and out.counts["w"].dtype == np.int64 and out.counts["w"].tolist() == [[1, 1], [1, 1]]
+    np.testing.assert_array_equal(out.arrays["w"], [[2.0, 2.0], [2.0, 2.0]])  # 1 + 0.5 * (avg - 1), ...: halfway
+    assert out.coverage == pytest.approx(4 / 6)
+    m = Contribution(1.0, {"w": np.array([9.0], np.float32)}, {"w": np.array([[False, False], [True, False]])})
+    masked = masked_mean(g, [m])
+    assert masked.counts["w"].dtype == np.int64 and masked.counts["w"].tolist() == [[0, 0], [1, 0]]
+    np.testing.assert_array_equal(masked.arrays["w"], [[1.0, 2.0], [9.0, 4.0]])
+    assert masked_mean({"n": g["n"]}, [c]).coverage == 0.0  # no float parameter at all
+
+
+def test_dense_weights_summing_to_less_than_one_still_average() -> None:
+    g = {"w": np.array([100.0, 100.0])}
+    replies = [Contribution(0.25, {"w": np.array([4.0, 0.0])}), Contribution(0.5, {"w": np.array([1.0, 3.0])})]
+    # (0.25 * 4 + 0.5 * 1) / 0.75 = 2; (0 + 0.5 * 3) / 0.75 = 2
+    np.testing.assert_allclose(masked_mean(g, replies).arrays["w"], [2.0, 2.0])
+
+
+def test_mask_of_is_none_for_unsent_all_ones_for_dense_and_flat_for_masked() -> None:
+    c = Contribution(1.0, {"dense": np.zeros((2, 2)), "sel": np.zeros(1)}, {"sel": np.array([[False, True], [False, False]])})
+    assert c.mask_of("absent", 4) is None
+    dense = c.mask_of("dense", 4)
+    assert dense is not None and dense.dtype == bool and dense.tolist() == [True] * 4
+    assert (m := c.mask_of("sel", 4)) is not None and m.tolist() == [False, True, False, False]

@@ -4,11 +4,13 @@ gives a partition only to the node registered for it once bindings are in force.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from flwr.app import Context, Message, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.proto.node_pb2 import NodeInfo  # pylint: disable=no-name-in-module
 
 from fedapp.config import ConfigError
@@ -16,19 +18,23 @@ from fedapp.device import describe, pick
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
 from fedapp.node_binding import binding_name, bound_partition
-from fedapp.roster import Roster
+from fedapp.roster import MAX_FACT_CHARS, MAX_FACTS, BadAnswer, Roster, facts_of
 
 
 class CountingGrid(LocalGrid):
-    """LocalGrid that remembers which nodes were sent a message."""
+    """LocalGrid that remembers which nodes were sent a message (with each message's TTL, and each call's timeout)."""
 
     def __init__(self, *args: object, **kw: object) -> None:
         super().__init__(*args, **kw)  # type: ignore[arg-type]
         self.asked: list[int] = []
+        self.ttls: list[float] = []
+        self.timeouts: list[float | None] = []
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         messages = list(messages)
         self.asked += [m.metadata.dst_node_id for m in messages]
+        self.ttls += [m.metadata.ttl for m in messages]
+        self.timeouts.append(timeout)
         return super().send_and_receive(messages, timeout=timeout)
 
 
@@ -220,3 +226,207 @@ def test_a_registered_name_binds_exactly_the_partition_it_names(name: str | None
     assert bound_partition(name) == partition
     if partition is not None:
         assert bound_partition(binding_name("label", partition)) == partition
+
+
+# -- one answer, one rule at a time --------------------------------------------------------------
+
+
+def answer(info: ConfigRecord | MetricRecord | None) -> Message:
+    """A discovery answer whose content holds ``info`` under "info" (none at all for None)."""
+    content = RecordDict({"info": info}) if info is not None else RecordDict()
+    return Message(content, dst_node_id=1, message_type=MessageType.QUERY)
+
+
+def test_facts_of_takes_a_whole_partition_id_and_bounded_facts(tmp_path: Path) -> None:
+    grid(tmp_path, 1)  # a LocalGrid sets Flower's task identity, which a Message needs
+    facts: dict[str, Any] = {"partition-id": 2, "tier": "low", **{f"k{i}": i for i in range(MAX_FACTS - 2)}}
+    assert facts_of(answer(ConfigRecord(facts))) == (2, facts)  # exactly MAX_FACTS entries
+    edge: dict[str, Any] = {
+        "partition-id": 0,
+        "x" * MAX_FACT_CHARS: "y" * MAX_FACT_CHARS,
+        "b": b"z" * MAX_FACT_CHARS,
+        "l": ["w"] * MAX_FACT_CHARS,
+    }
+    assert facts_of(answer(ConfigRecord(edge)))[0] == 0  # every length exactly at the bound
+    bad: list[tuple[ConfigRecord | MetricRecord | None, str]] = [
+        (None, "no 'info' ConfigRecord (got NoneType)"),
+        (MetricRecord({"partition-id": 1}), "no 'info' ConfigRecord (got MetricRecord)"),
+        (ConfigRecord({**facts, "one-more": 1}), f"{MAX_FACTS + 1} facts, more than {MAX_FACTS}"),
+        (ConfigRecord({"partition-id": 0, "k" * (MAX_FACT_CHARS + 1): 1}), f"fact '{'k' * 40}' is longer than {MAX_FACT_CHARS}"),
+        (ConfigRecord({"partition-id": 0, "s": "v" * (MAX_FACT_CHARS + 1)}), f"fact 's' is longer than {MAX_FACT_CHARS}"),
+        (ConfigRecord({"partition-id": 0, "b": b"v" * (MAX_FACT_CHARS + 1)}), f"fact 'b' is longer than {MAX_FACT_CHARS}"),
+        (ConfigRecord({"partition-id": 0, "l": [1] * (MAX_FACT_CHARS + 1)}), f"fact 'l' is longer than {MAX_FACT_CHARS}"),
+        (ConfigRecord({"partition-id": True}), "partition-id = True is not an integer"),
+        (ConfigRecord({"partition-id": 1.0}), "partition-id = 1.0 is not an integer"),
+        (ConfigRecord({"tier": "low"}), "partition-id = None is not an integer"),
+        (ConfigRecord({"partition-id": "p" * 60}), "partition-id = '" + "p" * 39 + " is not an integer"),  # quoted, cut at 40
+    ]
+    for info, why in bad:
+        with pytest.raises(BadAnswer) as err:
+            facts_of(answer(info))
+        assert str(err.value) == why
+
+
+def test_the_size_comes_from_a_usable_num_partitions_and_is_checked_only_until_discovered(tmp_path: Path) -> None:
+    roster = Roster(grid(tmp_path, 1), 0)
+    for unusable in (True, 0, -2, 3.0, "3"):
+        roster.size_from(1000, {"num-partitions": unusable})
+        assert roster.num_clients == 0, unusable
+    roster.size_from(1000, {"num-partitions": 1})
+    assert roster.num_clients == 1 and not roster.stated
+    roster.size_from(1001, {"num-partitions": 1})  # agrees
+    with pytest.raises(
+        ConfigError, match=r"^the other nodes report num-partitions = 1, but node 1001 reports num-partitions = 4: the nodes disagree$"
+    ):
+        roster.size_from(1001, {"num-partitions": 4})
+    roster.discovered = True
+    roster.size_from(1001, {"num-partitions": 4})  # mid-run: no longer checked
+    assert roster.num_clients == 1
+    stated = Roster(grid(tmp_path, 1), 3)
+    with pytest.raises(ConfigError) as err:
+        stated.size_from(1002, {"num-partitions": 2})
+    assert str(err.value) == (
+        "run-config key 'num-clients' = 3, but node 1002 reports num-partitions = 2: set num-clients to the federation's size, "
+        'or 0 to take it from the nodes (in simulation: --federation-config "num-supernodes=3")'
+    )
+    with pytest.raises(ConfigError, match=r"^run-config key 'num-clients' = 1, but node 1002 reports num-partitions = 2: set num-clients"):
+        Roster(grid(tmp_path, 1), 1).size_from(1002, {"num-partitions": 2})  # one stated client is stated too
+
+
+def test_place_keeps_partitions_inside_the_run_and_refusals_are_reported_once_in_order(tmp_path: Path) -> None:
+    roster = Roster(grid(tmp_path, 1), 2)
+    roster.place(7, -1, {}, None)
+    roster.place(8, 2, {}, None)
+    roster.place(9, 1, {"tier": "x"}, None)
+    roster.place(10, 1, {}, {9, 10})  # partition 1's node is online: refused, asked again later
+    roster.place(10, 1, {}, {9, 10})
+    assert roster.nodes == {1: 9} and roster.info == {1: {"tier": "x"}}
+    assert roster.strangers == {7, 8}  # the online-rule refusal is no stranger
+    assert roster.take_refused() == [
+        "node 7: claims partition-id -1, outside this run's 0..1",
+        "node 8: claims partition-id 2, outside this run's 0..1",
+        "node 10: claims partition-id 1, which online node 9 serves",
+    ]
+    assert roster.take_refused() == []
+    roster.place(10, 1, {}, {10})  # node 9 went offline: node 10 takes over
+    roster.place(9, 1, {}, None)  # without the online set, a held partition is never taken
+    assert roster.nodes == {1: 10} and roster.take_refused() == ["node 9: claims partition-id 1, which online node 10 serves"]
+    roster.bound, roster.bindings = True, {11: 0, 12: None}  # bindings in force (a node placed after waiting for the size)
+    roster.place(11, 1, {}, None)
+    roster.place(12, 0, {}, None)
+    roster.place(11, 0, {}, None)
+    assert roster.nodes == {0: 11, 1: 10} and roster.take_refused() == [
+        "node 11: claims partition-id 1, but it is registered for partition 0",
+        "node 12: claims partition-id 0, but its registration binds it to no partition (bindings are in force)",
+    ]
+
+
+def test_discovery_that_times_out_names_what_is_missing(tmp_path: Path) -> None:
+    g = grid(tmp_path, 2, num_clients=3, partitions=3)  # partition 2 has no node
+    with pytest.raises(ConfigError) as err:
+        Roster(g, 3).discover(0)
+    assert str(err.value) == (
+        "run-config key 'num-clients' = 3, but after 0s (discovery-timeout) no node holds partition-id(s) [2] (2 node(s) found). "
+        'In simulation pass --federation-config "num-supernodes=3".'
+    )
+    for ctx in g.contexts.values():
+        del ctx.node_config["num-partitions"]  # older nodes: no size to take
+    with pytest.raises(ConfigError) as err:
+        Roster(g, 0).discover(0)
+    assert str(err.value) == (
+        "run-config key 'num-clients' = 0 takes the size from the nodes' num-partitions, but after 0s (discovery-timeout) "
+        "no node reported one (2 answered); set num-clients"
+    )
+
+
+def test_a_query_waits_at_least_a_second_and_a_node_that_did_not_answer_is_asked_again_later(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    g = grid(tmp_path, 1, num_clients=1)
+    roster = Roster(g, 1)
+    roster.query([4242, 1000], 0.25)  # 4242: no such node, its reply is an error (and the next answer still counts)
+    assert roster.nodes == {0: 1000}  # the answer after the error still counts
+    roster.query([1000], 30)
+    assert g.ttls == [1.0, 1.0, 30.0] and g.timeouts == [1.0, 30.0]
+    assert "node 4242 did not answer discovery: no node 4242" in caplog.text
+    assert roster.nodes == {0: 1000} and roster.strangers == set() and roster.take_refused() == []
+
+
+class LyingGrid(CountingGrid):
+    """Node ``n``'s discovery answer replaced by ``lies[n]`` (what a broken or hostile node could send)."""
+
+    def __init__(self, *args: object, lies: dict[int, ConfigRecord], **kw: object) -> None:
+        super().__init__(*args, **kw)
+        self.lies = lies
+
+    def _deliver(self, msg: Message) -> Message:
+        reply = super()._deliver(msg)
+        lie = self.lies.get(msg.metadata.dst_node_id)
+        if lie is not None:
+            reply.content["info"] = lie
+        return reply
+
+
+def lying_grid(tmp_path: Path, lies: dict[int, ConfigRecord], n: int = 3) -> LyingGrid:
+    from fedapp.client_app import app
+
+    raw = full_config({"num-clients": n, "run-dir": str(tmp_path)})
+    return LyingGrid(app, raw, n, [{"num-partitions": n} for _ in range(n)], lies=lies)
+
+
+def test_an_unusable_answer_or_a_node_error_keeps_that_node_out_and_the_others_are_still_placed(tmp_path: Path) -> None:
+    lies = {1000: ConfigRecord({"partition-id": 1.5}), 1001: ConfigRecord({"partition-id": 1, "energy-error": "no meter"})}
+    roster = Roster(lying_grid(tmp_path, lies), 3)
+    with pytest.raises(ConfigError) as err:  # before discovery: the run asked for a meter the node lacks
+        roster.query([1000, 1001, 1002], 1)
+    assert str(err.value) == "node 1001: no meter"
+    lies[1001] = ConfigRecord({"partition-id": 1, "device-error": "no cuda:3", "energy-error": "no meter"})
+    roster = Roster(lying_grid(tmp_path, lies), 3)
+    roster.discovered = True  # mid-run: only that node is kept out
+    roster.query([1000, 1001, 1002], 1)
+    assert roster.nodes == {2: 1002} and roster.strangers == {1000, 1001}
+    assert roster.take_refused() == [
+        "node 1000: discovery answer unusable (BadAnswer: partition-id = 1.5 is not an integer)",
+        "node 1001: no cuda:3",  # the device error first
+    ]
+
+
+def test_a_claim_refused_by_its_binding_does_not_stop_the_next_answers(tmp_path: Path) -> None:
+    names = {1000: binding_name("spare", 5), 1001: binding_name("b", 1), 1002: binding_name("c", 2)}
+    g = RegisteredGrid(*grid_args(tmp_path), names=names)
+    roster = Roster(g, 3)
+    roster.refresh(1)
+    assert roster.nodes == {1: 1001, 2: 1002}
+    assert roster.take_refused() == ["node 1000: claims partition-id 0, but it is registered for partition 5"]
+
+
+def grid_args(tmp_path: Path) -> tuple[object, ...]:
+    from fedapp.client_app import app
+
+    return app, full_config({"num-clients": 3, "run-dir": str(tmp_path)}), 3, [{"num-partitions": 3} for _ in range(3)]
+
+
+def test_nodes_that_answered_before_the_size_was_known_are_placed_with_their_facts(tmp_path: Path) -> None:
+    g = grid(tmp_path, 3, num_clients=0)
+    del g.contexts[1000].node_config["num-partitions"]  # an older node: answers, says nothing of the size
+    roster = Roster(g, 0)
+    roster.nodes = {0: 999}  # partition 0 held by a node that is not online any more
+    roster.query([1000, 1001, 1002], 1, online={1000, 1001, 1002})
+    assert roster.num_clients == 3 and roster.waiting == {}
+    assert roster.nodes == {0: 1000, 1: 1001, 2: 1002} and roster.info[0]["device-name"] == "board-0"
+    assert "num-partitions" not in roster.info[0] and roster.info[1]["num-partitions"] == 3
+    held = Roster(grid(tmp_path, 1, num_clients=1), 1)
+    held.nodes = {0: 999}
+    held.query([1000], 1, online={1000})  # the size known at once: the same online rule
+    assert held.nodes == {0: 1000}
+
+
+def test_discovery_is_marked_done_and_a_timeout_names_at_most_ten_missing_partitions(tmp_path: Path) -> None:
+    roster = Roster(grid(tmp_path, 2, num_clients=2), 2)
+    assert not roster.discovered
+    roster.discover(5)
+    assert roster.discovered is True
+    g = grid(tmp_path, 1, num_clients=12, partitions=12)
+    with pytest.raises(ConfigError, match=re.escape("no node holds partition-id(s) [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] (1 node(s) found)")):
+        Roster(g, 12).discover(0)
+    assert g.ttls == [1.0] and g.timeouts == [1.0]  # a spent deadline still asks with a one-second TTL, once
