@@ -9,6 +9,11 @@ cached data would be). Sequential resets one model per client from the global st
 as the engine's one-model-per-process client does. The floor is vmap(grad(mean CE)) and
 p -= lr*g on stacked weights with every client's minibatches pre-stacked: no masks,
 optimizer state, idle-step handling, loss statistics or per-client generators.
+``--augment crop-flip`` (or ``flip-rotate-crop``) has sequential and batched training augment
+every minibatch (``fedapp.data.augment``, black = -1 per channel, as Normalize(0.5, 0.5)
+gives); image models only; the floor never augments. ``--count-ops`` prints instead the aten
+operations the batched kernel dispatches per step inside its step loop (from its first
+vmapped call; (count at 6 steps - count at 2) / 4), a measure of per-step work free of timing noise.
 Each cell is warmed up once on 2 clients, then timed ``--repeats`` times (median): on a
 GPU in wall seconds; on CPU in process CPU seconds (one thread by default), which a
 shared, loaded machine disturbs far less than wall time.
@@ -22,6 +27,8 @@ Data: the FedPeWS synthetic set (32,000 training samples) split IID, and CIFAR-1
 files of random images written to a temporary data-root (512 per client), no augmentation.
 
     nice -n 10 env PYTHONPATH=. .venv/bin/python bench/batched_round.py --device cpu --clients 10
+    nice -n 10 env PYTHONPATH=. .venv/bin/python bench/batched_round.py --device cpu --clients 8 --samples 128 \
+        --models "cnn 3x32x32" --augment crop-flip
     PYTHONPATH=. .venv/bin/python bench/batched_round.py --device cuda          # 50 clients
     nice -n 10 env PYTHONPATH=. .venv/bin/python bench/batched_round.py --engine --device cpu   # 50 clients
 """
@@ -34,8 +41,10 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import torch
@@ -43,16 +52,19 @@ import torch.nn.functional as F
 from flwr.app import MessageType
 from torch import nn
 from torch.func import functional_call, grad, vmap
+from torch.utils._python_dispatch import TorchDispatchMode
 
+import fedapp.batched.train as batched_train
 from fedapp.batched.train import ClientWork, train_clients
 from fedapp.client_cache import clear_caches
+from fedapp.data.augment import make_augment
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
 from fedapp.models.cnn import cnn
 from fedapp.models.mlp import mlp
 from fedapp.runtime import configure_threads
 from fedapp.server import serve
-from fedapp.train import TrainSettings, local_train
+from fedapp.train import Augment, TrainSettings, local_train
 
 MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], int]] = {
     "cnn 3x32x32": (lambda: cnn((3, 32, 32), 10), (3, 32, 32), 10),
@@ -80,23 +92,51 @@ def gen(i: int) -> torch.Generator:
     return torch.Generator().manual_seed(10_007 + i)
 
 
-def sequential(model: nn.Module, data: Data, device: torch.device) -> list[dict[str, torch.Tensor]]:
+def sequential(model: nn.Module, data: Data, device: torch.device, augment: Augment | None = None) -> list[dict[str, torch.Tensor]]:
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
     work = copy.deepcopy(model).to(device)
     out = []
     for i, (x, y) in enumerate(data):
         work.load_state_dict(start)
-        local_train(work, x, y, SETTINGS, gen(i))
+        local_train(work, x, y, SETTINGS, gen(i), augment=augment)
         out.append({k: v.detach().clone() for k, v in work.state_dict().items()})
     sync(device)
     return out
 
 
-def batched(model: nn.Module, data: Data, device: torch.device) -> list[dict[str, torch.Tensor]]:
-    works = [ClientWork(x, y, gen(i)) for i, (x, y) in enumerate(data)]
+def batched(model: nn.Module, data: Data, device: torch.device, augment: Augment | None = None) -> list[dict[str, torch.Tensor]]:
+    works = [ClientWork(x, y, gen(i), augment=augment) for i, (x, y) in enumerate(data)]
     outcomes = train_clients(model, works, SETTINGS, device, client_batch=len(works))
     sync(device)
     return [o.state for o in outcomes]
+
+
+def loop_ops(model: nn.Module, data: Data, device: torch.device, augment: Augment | None) -> float:
+    """aten operations per step inside the batched kernel's step loop (``--count-ops``)."""
+    counted = {"on": False, "n": 0}
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            counted["n"] += counted["on"]
+            return func(*args, **(kwargs or {}))
+
+    def marking_vmap(fn: Any, *a: Any, **k: Any) -> Any:
+        batched_fn = vmap(fn, *a, **k)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            counted["on"] = True
+            return batched_fn(*args, **kwargs)
+
+        return call
+
+    def ops(steps: int) -> int:
+        counted.update(on=False, n=0)
+        works = [ClientWork(x, y, gen(i), augment=augment) for i, (x, y) in enumerate(data)]
+        with mock.patch.object(batched_train, "vmap", marking_vmap), Count():
+            train_clients(model, works, replace(SETTINGS, epochs=0, steps=steps), device)
+        return counted["n"]
+
+    return (ops(6) - ops(2)) / 4
 
 
 def floor(model: nn.Module, data: Data, device: torch.device) -> None:
@@ -201,7 +241,11 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (CPU)")
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated names of " + " | ".join(MODELS))
     ap.add_argument("--engine", action="store_true", help="whole engine rounds, client-batch 1 against --clients")
+    ap.add_argument("--augment", default="none", choices=["none", "crop-flip", "flip-rotate-crop"], help="augment each minibatch")
+    ap.add_argument("--count-ops", action="store_true", help="aten operations per step in the batched step loop, no timing")
     args = ap.parse_args()
+    if args.engine and args.augment != "none":
+        ap.error(f"--augment {args.augment} is for the kernel bench, not --engine")
     configure_threads(args.threads)
     if args.engine:
         engine_main(args)
@@ -211,19 +255,27 @@ def main() -> None:
     name = f"cpu, {args.threads} thread(s)" if on_cpu else torch.cuda.get_device_name(device)
     clock = time.process_time if on_cpu else time.perf_counter
     print(
-        f"{args.clients} clients x {args.samples} samples, 1 epoch, batch 32, SGD lr 0.01, on {name}; "
+        f"{args.clients} clients x {args.samples} samples, 1 epoch, batch 32, SGD lr 0.01, augment {args.augment}, on {name}; "
         f"median of {args.repeats}, {'process CPU' if on_cpu else 'wall'} seconds"
     )
     print(f"{'model':30} {'sequential s':>12} {'batched s':>10} {'floor s':>8} {'seq/batched':>11} {'batched/floor':>13} {'max |dw|':>9}")
     for label in args.models.split(","):
         build, shape, classes = MODELS[label]
+        if args.augment != "none" and len(shape) != 3:
+            ap.error(f"--augment {args.augment} needs an image model; {label!r} takes inputs of shape {shape}")
+        aug = None if args.augment == "none" else make_augment(args.augment, torch.full((shape[0],), -1.0, device=device))
         torch.manual_seed(0)
         model = build().to(device)
+        if args.count_ops:
+            ops = loop_ops(model, client_data(shape, classes, args.clients, args.samples, device), device, aug)
+            print(f"{label}: {ops:.1f} aten operations per step in the batched step loop, {args.clients} clients, augment {args.augment}")
+            continue
         small, data = client_data(shape, classes, 2, args.samples, device), client_data(shape, classes, args.clients, args.samples, device)
-        for fn in (sequential, batched, floor):  # warm-up: lazy init, kernel selection
-            fn(model, small, device)
-        seq_s, seq = timed(lambda: sequential(model, data, device), args.repeats, clock)  # noqa: B023
-        bat_s, bat = timed(lambda: batched(model, data, device), args.repeats, clock)  # noqa: B023
+        for fn in (sequential, batched):  # warm-up: lazy init, kernel selection
+            fn(model, small, device, aug)
+        floor(model, small, device)
+        seq_s, seq = timed(lambda: sequential(model, data, device, aug), args.repeats, clock)  # noqa: B023
+        bat_s, bat = timed(lambda: batched(model, data, device, aug), args.repeats, clock)  # noqa: B023
         floor_s, _ = timed(lambda: floor(model, data, device), args.repeats, clock)  # noqa: B023
         gap = max((a[k] - b[k]).abs().max().item() for a, b in zip(seq, bat, strict=True) for k in a)  # type: ignore[call-overload]
         print(f"{label:30} {seq_s:12.3f} {bat_s:10.3f} {floor_s:8.3f} {seq_s / bat_s:11.2f} {bat_s / floor_s:13.2f} {gap:9.1e}")

@@ -8,6 +8,7 @@ uniform draws come from its own generator in the one-client order (minibatch per
 first, then per step the score draw and the weight draw), so the masks are the same bits;
 the loss and gradients are ``vmap``-ed over the stacked weights, scores and masks. Clients
 with fewer steps idle through the chunk's last steps (``plan.step_grid``), drawing nothing.
+All draws are made before the step loop and moved to the device once (``upfront.py``).
 
 Models with buffers are left to the one-client loop (``WarmupLoop`` keeps none either).
 """
@@ -25,6 +26,7 @@ from torch.func import functional_call, grad, vmap
 
 from fedapp.batched.optim import StackedOptimizer
 from fedapp.batched.plan import client_batches, step_grid
+from fedapp.batched.upfront import warmup_draws
 from fedapp.masks import torch_param_masks
 from fedapp.train import TrainStats, masked_distance
 
@@ -113,11 +115,12 @@ def train_warmups(works: Sequence[WarmupWork]) -> list[tuple[TrainStats, torch.T
     score_grads = vmap(grad(score_loss, has_aux=True))
     weight_grads = vmap(grad(weight_loss, has_aux=True))
     total = torch.zeros(len(works), dtype=torch.float64, device=device)
+    uniforms = warmup_draws([w.gen for w in works], plans, tuple(scores.shape[1:]), shared, scores.device)
     for t in range(grid.num_steps):
         active, width = grid.active[t], grid.widths[t]
         rows, wb = grid.rows[t, :, :width], grid.weights[t, :, :width]
         xb, yb = x[rows], y[rows]
-        u1, u2 = draws(works, plans, t, scores)
+        u1, u2 = uniforms[0][t], uniforms[1][t]
         g, drawn = score_grads(scores, u1, train, fixed, ref, xb, yb, wb)
         new_scores = scores - lr * g
         scores = torch.where(active.view(-1, 1), new_scores, scores)
@@ -133,19 +136,3 @@ def train_warmups(works: Sequence[WarmupWork]) -> list[tuple[TrainStats, torch.T
         stats = TrainStats(losses[i] / grid.steps[i], int(w.x.shape[0]), grid.steps[i], seconds)
         out.append((stats, scores[i].clone(), {n: v[i] for n, v in train.items()}))
     return out
-
-
-def draws(
-    works: Sequence[WarmupWork], plans: Sequence[Sequence[torch.Tensor]], t: int, like: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Step ``t``'s uniform draws of every client from its own generator (score draw, then the
-    weight draw unless ``shared``), as ``train.bernoulli`` makes them; idle clients draw nothing."""
-    shared = bool(works[0].pews["shared"])
-    u1 = torch.zeros(like.shape, dtype=torch.float32)
-    u2 = torch.zeros(like.shape, dtype=torch.float32)
-    for i, (w, plan) in enumerate(zip(works, plans, strict=True)):
-        if t < len(plan):
-            u1[i] = torch.rand(like.shape[1:], generator=w.gen, device=w.gen.device)
-            if not shared:
-                u2[i] = torch.rand(like.shape[1:], generator=w.gen, device=w.gen.device)
-    return u1.to(like.device, non_blocking=True), u2.to(like.device, non_blocking=True)

@@ -8,7 +8,8 @@ update for masked entries, parameters with ``requires_grad=False`` left out (the
 flags, shared by the batch; a per-client freeze is an all-zero gradient mask, which is
 exact too). BatchNorm in train mode is exact per client (stacked running statistics),
 because such clients are only batched with clients of the same minibatch sizes.
-Statistics are read from the device once per chunk, never per step.
+Statistics are read from the device once per chunk, never per step; augmentation draws
+are made for the whole chunk before the step loop (``upfront.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from torch.func import functional_call, grad, vmap
 
 from fedapp.batched.optim import Stacked, StackedOptimizer
 from fedapp.batched.plan import StepGrid, chunks, client_batches, step_grid
+from fedapp.batched.upfront import augment_draws, check_augments
 from fedapp.train import Augment, TrainSettings, TrainStats, masked_distance
 
 Tensors = dict[str, torch.Tensor]
@@ -82,6 +84,7 @@ def train_clients(
     reason = unbatchable(model)
     if reason is not None:
         raise ValueError(f"cannot train this model batched: {reason}")
+    check_augments([w.augment for w in works])
     device = torch.device(device)
     plans = [client_batches(int(w.x.shape[0]), settings, w.gen) for w in works]
     out: list[ClientOutcome | None] = [None] * len(works)
@@ -131,31 +134,20 @@ def make_step_grads(model: nn.Module, prox_mu: float) -> Callable[..., tuple[Sta
 
 
 class ChunkData:
-    """The chunk's data on the device, concatenated, and each step's minibatches."""
+    """The chunk's data on the device, concatenated, its augmentation draws (made before the
+    step loop, ``upfront.py``), and each step's minibatches."""
 
     def __init__(self, works: Sequence[ClientWork], plans: Sequence[Sequence[torch.Tensor]], grid: StepGrid, device: torch.device):
-        self.works, self.plans, self.grid = works, plans, grid
+        self.grid = grid
         self.x = torch.cat([w.x for w in works]).to(device)
         self.y = torch.cat([w.y for w in works]).to(device)
-        self.starts = [0]
-        for w in works[:-1]:
-            self.starts.append(self.starts[-1] + int(w.x.shape[0]))
+        augments = [w.augment for w in works]
+        self.augment = augment_draws(augments, [w.gen for w in works], plans, device) if any(a is not None for a in augments) else None
 
     def step(self, t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         rows = self.grid.rows[t, :, : self.grid.widths[t]]
-        augmenting = any(w.augment is not None for w in self.works)
-        xb = self._augmented(t, rows.shape[1]) if augmenting else self.x[rows]
+        xb = self.x[rows] if self.augment is None else self.augment.apply(t, self.x[rows])
         return xb, self.y[rows], self.grid.weights[t, :, : self.grid.widths[t]]
-
-    def _augmented(self, t: int, width: int) -> torch.Tensor:
-        """Each active client augments its own real rows with its own generator, after its
-        shuffles, as local_train does; padding rows stay zero (weight 0)."""
-        out = torch.zeros((len(self.works), width, *self.x.shape[1:]), dtype=self.x.dtype, device=self.x.device)
-        for i, (w, plan) in enumerate(zip(self.works, self.plans, strict=True)):
-            if t < len(plan):
-                rows = self.x[plan[t].to(self.x.device) + self.starts[i]]
-                out[i, : rows.shape[0]] = rows if w.augment is None else w.augment(rows, w.gen)
-        return out
 
 
 def _train_chunk(

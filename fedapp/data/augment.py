@@ -13,18 +13,29 @@ order of the papers' pipelines is kept even though we normalise before augmentin
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from fedapp.train import Augment, uniform
+from fedapp.train import Augment
 
 AUGMENTS = ("auto", "none", "crop-flip", "flip-rotate-crop")
 
 
 def hflip(x: torch.Tensor, gen: torch.Generator, p: float = 0.5) -> torch.Tensor:
-    flip = uniform((x.shape[0],), gen, x.device) < p
-    return torch.where(flip[:, None, None, None], x.flip(-1), x)
+    return Pipeline((Flip(p),))(x, gen)
+
+
+def flip_where(x: torch.Tensor, u: torch.Tensor, p: float) -> torch.Tensor:
+    """Mirror the images whose uniform draw ``u`` is below ``p``."""
+    return torch.where((u < p)[:, None, None, None], x.flip(-1), x)
+
+
+def _fill4(fill: torch.Tensor) -> torch.Tensor:
+    """A fill of (C,) for every image, or (N, C) one per image, shaped to broadcast over (N, C, H, W)."""
+    return fill.view(1, -1, 1, 1) if fill.dim() == 1 else fill.view(fill.shape[0], -1, 1, 1)
 
 
 def rotate(x: torch.Tensor, angles: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
@@ -39,19 +50,18 @@ def rotate(x: torch.Tensor, angles: torch.Tensor, fill: torch.Tensor) -> torch.T
     src_x = cos[:, None, None] * u - sin[:, None, None] * v
     src_y = sin[:, None, None] * u + cos[:, None, None] * v
     grid = torch.stack([src_x / (w / 2), src_y / (h / 2)], dim=-1)
-    f = fill.view(1, -1, 1, 1)
+    f = _fill4(fill)
     return F.grid_sample(x - f, grid, mode="nearest", padding_mode="zeros", align_corners=False) + f
 
 
 def random_rotate(x: torch.Tensor, gen: torch.Generator, degrees: float, fill: torch.Tensor) -> torch.Tensor:
-    angles = (uniform((x.shape[0],), gen, x.device) * 2 - 1) * degrees
-    return rotate(x, angles, fill)
+    return Pipeline((Rotate(degrees, fill),))(x, gen)
 
 
 def crop(x: torch.Tensor, tops: torch.Tensor, lefts: torch.Tensor, pad: int, fill: torch.Tensor) -> torch.Tensor:
     """Pad each side by ``pad`` with ``fill`` and cut the (H, W) window at (top, left) per image."""
     n, c, h, w = x.shape
-    padded = fill.view(1, -1, 1, 1).expand(n, c, h + 2 * pad, w + 2 * pad).clone()
+    padded = _fill4(fill).expand(n, c, h + 2 * pad, w + 2 * pad).clone()
     padded[:, :, pad : pad + h, pad : pad + w] = x
     ar = torch.arange(max(n, c, h, w), device=x.device)
     rows = (tops[:, None] + ar[:h])[:, None, :, None]
@@ -60,20 +70,103 @@ def crop(x: torch.Tensor, tops: torch.Tensor, lefts: torch.Tensor, pad: int, fil
 
 
 def random_crop(x: torch.Tensor, gen: torch.Generator, pad: int, fill: torch.Tensor) -> torch.Tensor:
-    n = x.shape[0]
-    tops = torch.randint(0, 2 * pad + 1, (n,), generator=gen, device=gen.device).to(x.device, non_blocking=True)
-    lefts = torch.randint(0, 2 * pad + 1, (n,), generator=gen, device=gen.device).to(x.device, non_blocking=True)
-    return crop(x, tops, lefts, pad, fill)
+    return Pipeline((Crop(pad, fill),))(x, gen)
+
+
+@dataclass(frozen=True, eq=False)
+class Flip:
+    """RandomHorizontalFlip(p): one uniform per image."""
+
+    p: float = 0.5
+
+    def key(self) -> tuple[str, float]:
+        return ("flip", self.p)
+
+    def draw(self, n: int, gen: torch.Generator) -> list[torch.Tensor]:
+        return [torch.rand((n,), generator=gen, device=gen.device)]
+
+    def apply(self, x: torch.Tensor, drawn: Sequence[torch.Tensor], fill: torch.Tensor | None) -> torch.Tensor:
+        return flip_where(x, drawn[0], self.p)
+
+
+@dataclass(frozen=True, eq=False)
+class Rotate:
+    """RandomRotation(degrees), nearest, filled with ``fill``: one uniform per image."""
+
+    degrees: float
+    fill: torch.Tensor
+
+    def key(self) -> tuple[str, float]:
+        return ("rotate", self.degrees)
+
+    def draw(self, n: int, gen: torch.Generator) -> list[torch.Tensor]:
+        return [torch.rand((n,), generator=gen, device=gen.device)]
+
+    def apply(self, x: torch.Tensor, drawn: Sequence[torch.Tensor], fill: torch.Tensor | None) -> torch.Tensor:
+        return rotate(x, (drawn[0] * 2 - 1) * self.degrees, self.fill if fill is None else fill)
+
+
+@dataclass(frozen=True, eq=False)
+class Crop:
+    """RandomCrop(size, padding=pad) filled with ``fill``: a top, then a left offset per image."""
+
+    pad: int
+    fill: torch.Tensor
+
+    def key(self) -> tuple[str, float]:
+        return ("crop", self.pad)
+
+    def draw(self, n: int, gen: torch.Generator) -> list[torch.Tensor]:
+        return [torch.randint(0, 2 * self.pad + 1, (n,), generator=gen, device=gen.device) for _ in range(2)]
+
+    def apply(self, x: torch.Tensor, drawn: Sequence[torch.Tensor], fill: torch.Tensor | None) -> torch.Tensor:
+        return crop(x, drawn[0], drawn[1], self.pad, self.fill if fill is None else fill)
+
+
+Op = Flip | Rotate | Crop
+
+
+@dataclass(frozen=True, eq=False)
+class Pipeline:
+    """Ops applied in order. Called as a ``train.Augment`` it draws from the generator and applies
+    at once; the batched kernel instead draws every minibatch's values up front (``draw``, the
+    same generator calls in the same order) and applies them to a whole chunk later (``apply``)."""
+
+    ops: tuple[Op, ...]
+
+    def draw(self, n: int, gen: torch.Generator) -> list[torch.Tensor]:
+        """The draws for a minibatch of ``n`` images, on the generator's device, in call order."""
+        return [d for op in self.ops for d in op.draw(n, gen)]
+
+    def structure(self) -> tuple[tuple[str, float], ...]:
+        """The ops and their parameters, fills left out (``apply`` takes fills per image)."""
+        return tuple(op.key() for op in self.ops)
+
+    def fills(self) -> list[torch.Tensor | None]:
+        return [getattr(op, "fill", None) for op in self.ops]
+
+    def apply(self, x: torch.Tensor, drawn: Sequence[torch.Tensor], fills: Sequence[torch.Tensor | None] | None = None) -> torch.Tensor:
+        """Apply to (N, C, H, W) the ``draw`` values (each (N,), on x's device); ``fills``: per op
+        an (N, C) fill per image in place of the op's own (None: the op's)."""
+        k = 0
+        for i, op in enumerate(self.ops):
+            used = 2 if isinstance(op, Crop) else 1
+            x = op.apply(x, drawn[k : k + used], None if fills is None else fills[i])
+            k += used
+        return x
+
+    def __call__(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        return self.apply(x, [d.to(x.device, non_blocking=True) for d in self.draw(x.shape[0], gen)])
 
 
 def make_augment(name: str, black: torch.Tensor) -> Augment | None:
-    """The augmentation called ``name``; ``black`` is the normalised value of a black pixel per
-    channel, on the device the minibatches will be on."""
+    """The augmentation called ``name`` (a ``Pipeline``); ``black`` is the normalised value of a
+    black pixel per channel, on the device the minibatches will be on."""
     if name == "none":
         return None
     zero = torch.zeros_like(black)
     if name == "crop-flip":
-        return lambda x, gen: hflip(random_crop(x, gen, 4, black), gen)
+        return Pipeline((Crop(4, black), Flip()))
     if name == "flip-rotate-crop":
-        return lambda x, gen: random_crop(random_rotate(hflip(x, gen), gen, 15.0, black), gen, 4, zero)
+        return Pipeline((Flip(), Rotate(15.0, black), Crop(4, zero)))
     raise ValueError(f"run-config key 'augment' = {name!r} is not allowed: expected one of {', '.join(AUGMENTS)}")
