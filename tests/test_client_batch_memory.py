@@ -37,6 +37,11 @@ def test_each_client_adds_its_lane_and_kernel_bytes() -> None:
     assert client_bytes(model, (2,), 4, 10, 1, False, steps=7) == lane + kernel + step + 4 * 4 * 12
     # a FedPeWS warm-up: its loop's anchor in the lane, the weight pass's parameter masks and masked weights
     assert client_bytes(model, (2,), 4, 10, 1, False, warmup=True) == lane + kernel + step + 3 * 36
+    # with 3 hidden neurons (Linear(2, 3) + ReLU + Linear(3, 2): 17 weights, 68 B): the same three
+    # copies, and the two uniforms per hidden neuron and step drawn before the loop (3 steps, float32)
+    hidden = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 2))
+    added = client_bytes(hidden, (2,), 4, 10, 1, False, warmup=True) - client_bytes(hidden, (2,), 4, 10, 1, False)
+    assert added == 3 * 68 + 2 * 3 * 3 * 4
 
 
 def test_on_cuda_a_convolution_adds_cudnns_workspace() -> None:

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fedapp.masks import neuron_layout
 from fedapp.train import TrainSettings, needs_restore
 
 CPU_DEFAULT = 8
@@ -140,6 +141,14 @@ def forward_bytes(model: nn.Module, in_shape: tuple[int, ...], batch_size: int) 
     return outputs, unfolded
 
 
+def hidden_neurons(model: nn.Module) -> int:
+    """The hidden neurons a FedPeWS mask covers (0 for a model with none)."""
+    try:
+        return neuron_layout(model).total
+    except ValueError:
+        return 0
+
+
 def client_bytes(
     model: nn.Module,
     in_shape: tuple[int, ...],
@@ -169,4 +178,5 @@ def client_bytes(
     step = params + ACTIVATION_COPIES * outputs + batch_size * row + CONV_WORKSPACE_COPIES * unfolded * int(cuda)
     if warmup:  # its score pass and weight pass run one after the other; the weight pass also holds
         step += 2 * params  # the step's parameter masks and the masked weights
+        stacked += 2 * steps * hidden_neurons(model) * 4  # every step's two uniforms, drawn before the loop (float32)
     return lane + stacked + step
