@@ -27,13 +27,21 @@ printf '[superlink]\ndefault = "deploy"\n[superlink.deploy]\naddress = "127.0.0.
 flower-superlink --insecure --host 127.0.0.1 --port "$P" --database "$D/state.db" --disable-runtime-dependency-installation > "$D/superlink.log" 2>&1 &
 PIDS=($!)
 trap 'kill "${PIDS[@]}" 2>/dev/null; wait' EXIT
-sleep 8
+"$PY" - "$P" <<'PYEOF' || { echo "the SuperLink did not open port $P (see $D/superlink.log)"; exit 1; }
+import socket, sys, time
+for _ in range(300):  # up to 60 s
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=0.2).close()
+        sys.exit(0)
+    except OSError:
+        time.sleep(0.2)
+sys.exit(1)
+PYEOF
 for i in 0 1 2 3; do
   flower-supernode --insecure --superlink "127.0.0.1:$P" --port $((P + 1 + i)) \
     --node-config "partition-id=$i num-partitions=4 state-dir='$D/state$i'" > "$D/supernode$i.log" 2>&1 &
   PIDS+=($!)
-done
-sleep 8
+done  # no wait for the SuperNodes: the ServerApp's discovery waits for every partition's node
 
 run() {  # NAME CONFIG.toml KEY=VALUE...: one run to its end on the deployment; the merged run-config is a TOML file
   local name=$1 base=$2; shift 2
