@@ -33,25 +33,12 @@ seen: dict[str, float] = {"reply": 0.0, "aggregate": 0.0}
 current: dict[str, Any] = {}  # the global model and scales of the round being checked
 
 
-def reply_ratio(contribution: Any, global_np: dict[str, np.ndarray], scale: dict[str, float]) -> float:
-    """``reply_step``'s step over scale, the largest over the reply's float tensors."""
-    worst = 0.0
-    for name, values in contribution.values.items():
-        if name not in scale:
-            continue
-        ref = global_np[name].reshape(-1)
-        mask = contribution.masks.get(name)
-        base = ref if mask is None else ref[mask.reshape(-1)]
-        worst = max(worst, float(np.abs(values.reshape(-1) - base).max(initial=0.0)) / scale[name])
-    return worst
-
-
 def watch() -> None:
     step, fault = reply_checks.reply_step, reply_checks.aggregate_fault
 
     def reply_step(contribution: Any, global_np: dict[str, np.ndarray], scale: dict[str, float]) -> None:
         current.update(global_np=global_np, scale=scale)
-        seen["reply"] = max(seen["reply"], reply_ratio(contribution, global_np, scale))
+        seen["reply"] = max(seen["reply"], reply_checks.step_of(contribution, global_np, scale))
         step(contribution, global_np, scale)
 
     def aggregate_fault(new: dict[str, np.ndarray]) -> str | None:

@@ -19,9 +19,10 @@ declare -A TESTS=(
   [fedapp/rundir.py]="tests/test_rundir.py"
   [fedapp/roster.py]="tests/test_roster.py"
   [fedapp/reply_checks.py]="tests/test_reply_coverage.py tests/test_faults.py"
-  [fedapp/config.py]="tests/test_config.py tests/test_config_values.py"
+  [fedapp/config.py]="tests/test_config.py tests/test_config_values.py tests/test_config_ranges.py"
+  [fedapp/robust.py]="tests/test_robust_aggregate.py"
 )
-ORDER=(fedapp/aggregate.py fedapp/wire.py fedapp/masks.py fedapp/rundir.py fedapp/roster.py fedapp/reply_checks.py fedapp/config.py)
+ORDER=(fedapp/aggregate.py fedapp/wire.py fedapp/masks.py fedapp/rundir.py fedapp/roster.py fedapp/reply_checks.py fedapp/config.py fedapp/robust.py)
 EQUIVALENTS=$root/tests/mutation-equivalents.txt
 
 [ -x .venv/bin/python ] || scripts/setup.sh

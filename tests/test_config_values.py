@@ -17,12 +17,15 @@ from fedapp.config import (
     coerce,
     fields_of,
     flatten,
+    integer_in,
     key,
     load_toml_config,
+    number_in,
     one_of,
     parse,
     parse_overrides,
     rule,
+    shown,
     uses_prox,
 )
 
@@ -142,3 +145,20 @@ def test_an_unknown_key_with_two_close_known_keys_names_only_the_closest() -> No
     assert (
         str(err.value) == "unknown run-config key(s) seeds (did you mean 'seed' for 'seeds'?); `fedapp keys` lists every key with its doc"
     )
+
+
+def test_range_checks_built_at_call_time_say_and_do_what_their_bounds_say() -> None:
+    """The run-config's fields build their checks when fedapp.config is imported; these build them
+    here, so that a mutation of number_in, integer_in or shown is seen (mutmut switches mutants after
+    the import)."""
+    closed = number_in(0.5, 2.5)
+    assert ALLOWED[closed] == "a number in [0.5, 2.5]"
+    assert [closed(v) for v in (0.5, 2.5, 1.0)] == [None, None, None]
+    assert closed(0.4999) == closed(2.5001) == "a number in [0.5, 2.5]"
+    opened = number_in(0, 100, low_open=True)
+    assert ALLOWED[opened] == "a number in (0, 100]"
+    assert opened(0) == "a number in (0, 100]" and opened(1e-9) is None and opened(100) is None and opened(100.5) is not None
+    whole = integer_in(1, 10)
+    assert ALLOWED[whole] == "an integer in 1..10"
+    assert [whole(v) for v in (0, 1, 10, 11)] == ["an integer in 1..10", None, None, "an integer in 1..10"]
+    assert [shown(v) for v in (3.0, 3, 0.001, 1e6, -2.0, 2.5)] == ["3", "3", "0.001", "1000000", "-2", "2.5"]
