@@ -11,7 +11,7 @@
 #   bash bench/gpu_checks.sh determinism # bench/gpu_determinism.py: two same-seed GPU runs, deterministic off and on
 #   bash bench/gpu_checks.sh all         # each of the above; exits non-zero if any of them failed
 # On a machine without a GPU, DEVICE=cpu runs the same entries on the CPU (tests/test_gpu_checks.py
-# runs each for one step that way).
+# runs each for one step that way; the deploy entry's test is slow-marked: tests/test_gpu_checks_deploy.py).
 set -eu
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD/.site:$PWD${PYTHONPATH:+:$PYTHONPATH} PATH=$PWD/.site/bin:$PATH PYTHONUNBUFFERED=1
