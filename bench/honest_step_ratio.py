@@ -36,10 +36,11 @@ current: dict[str, Any] = {}  # the global model and scales of the round being c
 def watch() -> None:
     step, fault = reply_checks.reply_step, reply_checks.aggregate_fault
 
-    def reply_step(contribution: Any, global_np: dict[str, np.ndarray], scale: dict[str, float]) -> None:
+    def reply_step(contribution: Any, global_np: dict[str, np.ndarray], scale: dict[str, float]) -> float:
         current.update(global_np=global_np, scale=scale)
-        seen["reply"] = max(seen["reply"], reply_checks.step_of(contribution, global_np, scale))
-        step(contribution, global_np, scale)
+        ratio = step(contribution, global_np, scale)
+        seen["reply"] = max(seen["reply"], ratio)
+        return ratio
 
     def aggregate_fault(new: dict[str, np.ndarray]) -> str | None:
         if current:

@@ -144,11 +144,16 @@ def tensor_steps(contribution: Contribution, global_np: dict[str, np.ndarray], s
         yield name, float(np.abs(values.reshape(-1) - base).max(initial=0.0))  # an overflow to inf fails the bound, as it should
 
 
-def reply_step(contribution: Contribution, global_np: dict[str, np.ndarray], scale: dict[str, float]) -> None:
-    """Raise if some sent entry lies further than MAX_STEP x scale from its global value."""
+def reply_step(contribution: Contribution, global_np: dict[str, np.ndarray], scale: dict[str, float]) -> float:
+    """Raise if some sent entry lies further than MAX_STEP x scale from its global value; else the
+    reply's step: its largest entry step in units of that tensor's scale (0: it sent no float entry),
+    what ``step_outliers`` compares across a round's replies."""
+    worst = 0.0
     for name, step in tensor_steps(contribution, global_np, scale):
         if step > MAX_STEP * scale[name]:
             raise ReplyError(f"{name}: an entry moves by {step:.3g}, more than {MAX_STEP:g} x the tensor's scale {scale[name]:.3g}")
+        worst = max(worst, step / scale[name])
+    return worst
 
 
 def within_task(contribution: Contribution, allowed: dict[str, np.ndarray] | None) -> None:
@@ -174,11 +179,6 @@ def within_task(contribution: Contribution, allowed: dict[str, np.ndarray] | Non
         worst = sorted(outside.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
         shown = ", ".join(f"{n}: {c}" for n, c in worst) + (", ..." if len(outside) > 3 else "")
         raise ReplyError(f"values: {sum(outside.values())} entries outside its task in {len(outside)} tensors ({shown})")
-
-
-def step_of(contribution: Contribution, global_np: dict[str, np.ndarray], scale: dict[str, float]) -> float:
-    """A reply's step: its largest entry step in units of that tensor's scale (0: it sent no float entry)."""
-    return max((step / scale[name] for name, step in tensor_steps(contribution, global_np, scale)), default=0.0)
 
 
 def step_outliers(steps: list[float]) -> dict[int, str]:

@@ -149,8 +149,9 @@ class MaskedStrategy(Strategy):
         node = self.nodes[pid]
         return Message(content, dst_node_id=node, message_type=message_type, group_id=str(server_round), ttl=self.cfg.round_timeout)
 
-    def decode(self, msg: Message, server_round: int) -> Reply:
-        """Check a train reply against its task (reply_checks.py), then decode it; raises on anything wrong."""
+    def decode(self, msg: Message, server_round: int) -> tuple[Reply, float]:
+        """Check a train reply against its task (reply_checks.py), then decode it; raises on anything
+        wrong. Returns the reply and its step (``reply_checks.reply_step``)."""
         content = msg.content
         metrics = checks.metrics_of(content)
         pid = checks.partition_of(metrics, msg.metadata.src_node_id, self.sent_nodes)
@@ -167,14 +168,15 @@ class MaskedStrategy(Strategy):
             checks.check_arrays(mask, self.limits[1], "mask")
         contribution = wire.decode(content.array_records["values"], mask, self.global_np, self.policy.weight(metrics))
         checks.within_task(contribution, self.policy.upload_allowed(server_round, pid, self.tasks[pid]))
-        checks.reply_step(contribution, self.global_np, self.scale)
+        step = checks.reply_step(contribution, self.global_np, self.scale)
         records = {n: checks.decode_record(content.array_records[n], spec, n) for n, spec in specs.items() if n in content}
         self.policy.check_records(server_round, pid, records)
-        return Reply(pid, contribution, metrics, records)
+        return Reply(pid, contribution, metrics, records), step
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> RoundResult:  # type: ignore[override]
         """Decode, check and average the replies; a RoundResult unpacks as Flower's (arrays, metrics)."""
         decoded: list[tuple[Message, Reply]] = []
+        steps: list[float] = []
         received = 0
         stats = self.stats
         for msg in replies:
@@ -183,10 +185,12 @@ class MaskedStrategy(Strategy):
                 self._fail(f"node {msg.metadata.src_node_id}: {msg.error.reason}")
                 continue
             try:
-                decoded.append((msg, self.decode(msg, server_round)))
+                reply, step = self.decode(msg, server_round)
             except Exception as err:  # anything wrong with one node's reply is that node's failure
                 self._fail(f"node {msg.metadata.src_node_id}: bad reply dropped ({describe(err)})")
-        steps = [checks.step_of(reply.contribution, self.global_np, self.scale) for _, reply in decoded]
+                continue
+            decoded.append((msg, reply))
+            steps.append(step)
         outliers = checks.step_outliers(steps)
         ok: list[Reply] = []
         for i, (msg, reply) in enumerate(decoded):
