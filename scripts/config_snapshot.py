@@ -2,13 +2,14 @@
 and keep what each run produced, so a refactor can be checked bit for bit against the code
 before it.
 
-    PYTHONPATH=. .venv/bin/python scripts/config_snapshot.py run OUT [--only NAME ...]
+    PYTHONPATH=. .venv/bin/python scripts/config_snapshot.py run OUT [--only NAME ...] [--set KEY=VALUE ...]
     PYTHONPATH=. .venv/bin/python scripts/config_snapshot.py compare BEFORE AFTER [--new-keys anomaly,...]
 
 ``run`` writes OUT/<config>/metrics.jsonl, model.npz and config.json (``--only`` adds to an
 existing OUT, replacing those configs' folders), and OUT/status.json after every config.
 Configs that read real datasets get small files generated in the real on-disk formats
-(tests/data_files.py); a config whose dataset has no loader here (speech-commands) is
+(tests/data_files.py); ``--set`` overrides run-config keys in every config (e.g.
+``--set client-batch=8`` to check the batched engine); a config whose dataset has no loader here (speech-commands) is
 listed as skipped.
 ``compare`` checks every metrics row without its timing keys (tests/run_rows.py) and every
 model array for exact equality, and exits 1 on any difference.
@@ -20,6 +21,7 @@ import argparse
 import json
 import sys
 import tempfile
+import tomllib
 import traceback
 from pathlib import Path
 
@@ -55,7 +57,7 @@ def configs(only: list[str]) -> list[Path]:
     return [p for p in paths if not only or p.stem in only or str(p.relative_to(ROOT / "configs")) in only]
 
 
-def run_all(out: Path, only: list[str]) -> int:
+def run_all(out: Path, only: list[str], settings: dict[str, object] | None = None) -> int:
     from fedapp.config import load_toml_config
     from fedapp.engine.run_local import run_local
 
@@ -71,7 +73,8 @@ def run_all(out: Path, only: list[str]) -> int:
             if config.get("dataset") == "speech-commands":
                 status[name] = "skipped: no loader for speech-commands"
                 continue
-            overrides = {"num-server-rounds": ROUNDS, "data-root": str(data), "run-dir": str(out / name), "overwrite": True}
+            paths = {"data-root": str(data), "run-dir": str(out / name), "overwrite": True}
+            overrides = {**(settings or {}), "num-server-rounds": ROUNDS, **paths}
             if config.get("method") == "fedpart":
                 groups = FEDPART_GROUPS[str(config["model"])]
                 overrides.update({**FEDPART_SHORT, "num-server-rounds": 1 + groups})
@@ -117,19 +120,31 @@ def compare(before: Path, after: Path, new_keys: frozenset[str] = frozenset()) -
     return 1 if bad else 0
 
 
+def parse_settings(items: list[str]) -> dict[str, object]:
+    """``KEY=VALUE`` pairs, each value read as TOML (so ``8`` is an int and ``"x"`` a string)."""
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {item!r}: expected KEY=VALUE")
+        out[key.strip()] = tomllib.loads(f"v = {value}")["v"]
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("out", type=Path)
     r.add_argument("--only", nargs="*", default=[], help="config stems (or paths under configs/) to run")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="run-config override for every config (TOML value)")
     c = sub.add_parser("compare")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
     c.add_argument("--new-keys", default="", help="comma list of row keys AFTER added on purpose (ignored where BEFORE lacks them)")
     args = p.parse_args()
     if args.cmd == "run":
-        return run_all(args.out.resolve(), args.only)
+        return run_all(args.out.resolve(), args.only, parse_settings(args.set))
     return compare(args.before, args.after, frozenset(k for k in args.new_keys.split(",") if k))
 
 
