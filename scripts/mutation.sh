@@ -20,7 +20,7 @@ declare -A TESTS=(
   [fedapp/roster.py]="tests/test_roster.py"
   [fedapp/reply_checks.py]="tests/test_reply_coverage.py tests/test_faults.py"
   [fedapp/config.py]="tests/test_config.py tests/test_config_values.py tests/test_config_ranges.py"
-  [fedapp/robust.py]="tests/test_robust_aggregate.py"
+  [fedapp/robust.py]="tests/test_robust_aggregate.py tests/test_robust_edges.py"
 )
 ORDER=(fedapp/aggregate.py fedapp/wire.py fedapp/masks.py fedapp/rundir.py fedapp/roster.py fedapp/reply_checks.py fedapp/config.py fedapp/robust.py)
 EQUIVALENTS=$root/tests/mutation-equivalents.txt
