@@ -18,7 +18,7 @@ declare -A TESTS=(
   [fedapp/masks.py]="tests/test_masks.py"
   [fedapp/rundir.py]="tests/test_rundir.py"
   [fedapp/roster.py]="tests/test_roster.py"
-  [fedapp/reply_checks.py]="tests/test_reply_coverage.py tests/test_faults.py"
+  [fedapp/reply_checks.py]="tests/test_reply_checks_unit.py"
   [fedapp/config.py]="tests/test_config.py tests/test_config_values.py tests/test_config_ranges.py"
   [fedapp/robust.py]="tests/test_robust_aggregate.py tests/test_robust_edges.py"
 )
