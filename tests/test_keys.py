@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from fedapp.cli import main
-from fedapp.config import ConfigError, RunConfig, allowed_of, fields_of
-from fedapp.keys import check_declared
+from fedapp.core.config import ConfigError, RunConfig, allowed_of, fields_of
+from fedapp.core.keys import check_declared
 from fedapp.methods.fedpews import PeWSParams
 from fedapp.methods.registry import resolve
 from fedapp.models import MODELS, build_model, register_model
@@ -65,7 +65,7 @@ def test_fedapp_keys_prints_common_and_the_methods_keys_with_default_allowed_and
 
 def test_fedpews_fixed_has_only_the_warmup_key_and_a_mask_key_is_reported_unused() -> None:
     from fedapp.engine.run_local import full_config
-    from fedapp.run_checks import unused_keys
+    from fedapp.server.run_checks import unused_keys
 
     raw = full_config({"method": "fedpews-fixed", "mask-impl": "activation", "warmup-fraction": 0.25})
     cfg, method, params = resolve(raw)
