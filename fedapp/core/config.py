@@ -218,7 +218,7 @@ class RunConfig:
     personalized_eval_every: int = key(
         1, integer_in(1, MAX_ROUNDS), "personalised evaluation (every client) in rounds that are multiples of this, and in the last round"
     )
-    model: str = key("mlp", doc="network; its allowed names are fedapp.models.registry's (checked there: `check_model`)")
+    model: str = key("mlp", doc="network (fedapp.models.registry)")  # a registry name: methods.registry.resolve checks it
     mlp_hidden: str = key("64,64", int_list, "hidden widths of the MLP", numbers=(int,))
     num_server_rounds: int = key(10, integer_in(1, MAX_ROUNDS))
     local_epochs: int = key(1, integer_in(0, MAX_EPOCHS))
