@@ -56,7 +56,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from fedapp.core.keys import keys_text
+    from fedapp.methods.keys import keys_text
     from fedapp.methods.registry import get_method
 
     if args.method is not None:

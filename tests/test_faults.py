@@ -22,9 +22,9 @@ from flwr.clientapp import ClientApp
 
 from fedapp.client.handlers import handle_evaluate, handle_train, state_store
 from fedapp.client.node_query import handle_query
-from fedapp.client.state import DiskStore
 from fedapp.core import wire
 from fedapp.core.config import ConfigError, RunConfig, load_toml_config
+from fedapp.core.state import DiskStore
 from fedapp.data import client_data, dataset_for
 from fedapp.data.sizes import split_sizes
 from fedapp.engine.local_grid import LocalGrid

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedapp.client.state import DiskStore
+from fedapp.core.state import DiskStore
 from fedapp.engine.run_local import full_config, run_local
 from fedapp.methods.fedbn import batchnorm_parameters
 from fedapp.methods.personal import THETA

@@ -14,10 +14,10 @@ import pytest
 import torch
 from flwr.app import Message
 
-from fedapp.client.state import ContextStore
 from fedapp.core import wire
 from fedapp.core.evaluate import evaluate
 from fedapp.core.masks import layer_groups
+from fedapp.core.state import ContextStore
 from fedapp.data import dataset_for
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Context, RecordDict
 
-from fedapp.client.state import DiskStore
 from fedapp.client_app import app as client_app
 from fedapp.core import wire
+from fedapp.core.state import DiskStore
 from fedapp.data import dataset_for
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 from flwr.app import Array, ConfigRecord
 
-from fedapp.client.state import DiskStore
 from fedapp.client_app import app as client_app
 from fedapp.core import wire
+from fedapp.core.state import DiskStore
 from fedapp.data import dataset_for
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config

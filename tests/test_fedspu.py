@@ -12,13 +12,13 @@ import pytest
 import torch
 from flwr.app import ConfigRecord
 
-from fedapp.client.state import DiskStore
 from fedapp.core import wire
 from fedapp.core.aggregate import Contribution
 from fedapp.core.config import ConfigError
 from fedapp.core.device import load_host_arrays
 from fedapp.core.evaluate import evaluate
 from fedapp.core.masks import model_param_masks
+from fedapp.core.state import DiskStore
 from fedapp.data import client_data
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config

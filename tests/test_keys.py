@@ -14,8 +14,8 @@ import pytest
 
 from fedapp.cli import main
 from fedapp.core.config import ConfigError, RunConfig, allowed_of, fields_of
-from fedapp.core.keys import check_declared
 from fedapp.methods.fedpews import PeWSParams
+from fedapp.methods.keys import check_declared
 from fedapp.methods.registry import resolve
 from fedapp.models import MODELS, build_model, register_model
 

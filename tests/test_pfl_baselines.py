@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from flwr.app import Array
 
-from fedapp.client.state import DiskStore
+from fedapp.core.state import DiskStore
 from fedapp.engine.run_local import full_config, run_local
 from fedapp.methods.personal import THETA
 from fedapp.methods.registry import resolve

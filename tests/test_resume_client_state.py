@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from flwr.app import Context, RecordDict
 
-from fedapp.client.state import ContextStore, DiskStore
-from fedapp.client.state_rounds import ATTEMPT, PREV, Lineage, RoundStore, stamp
+from fedapp.core.state import ContextStore, DiskStore
+from fedapp.core.state_rounds import ATTEMPT, PREV, Lineage, RoundStore, stamp
 from fedapp.engine.run_local import run_local
 from fedapp.server import checkpoint
 from tests.run_rows import outcome_rows

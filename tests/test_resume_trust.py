@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedapp.client.state import DiskStore, StateError
-from fedapp.client.state_rounds import ATTEMPT, ROUND, Lineage, RoundStore, stamp
 from fedapp.core.config import ConfigError
+from fedapp.core.state import DiskStore, StateError
+from fedapp.core.state_rounds import ATTEMPT, ROUND, Lineage, RoundStore, stamp
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config, run_local
 from fedapp.server import checkpoint

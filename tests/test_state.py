@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flwr.app import Context, RecordDict
 
-from fedapp.client.state import ContextStore, DiskStore, StateError, StateStore, save_npz_atomic, unkeyed_files
+from fedapp.core.state import ContextStore, DiskStore, StateError, StateStore, save_npz_atomic, unkeyed_files
 from tests.memory_store import MemoryStore
 
 

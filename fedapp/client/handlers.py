@@ -18,13 +18,13 @@ import torch
 from flwr.app import Context, Message, MetricRecord, RecordDict
 
 from fedapp.client.cache import ProcessModel, global_arrays, process_model, resolve_once
-from fedapp.client.state import ContextStore, DiskStore, token_folder
-from fedapp.client.state_rounds import Lineage, RoundStore
 from fedapp.core import wire
 from fedapp.core.aggregate import is_averaged
 from fedapp.core.config import RunConfig
 from fedapp.core.device import host_arrays, load_host_arrays, node_device
 from fedapp.core.runtime import configure_determinism, configure_threads
+from fedapp.core.state import ContextStore, DiskStore, token_folder
+from fedapp.core.state_rounds import Lineage, RoundStore
 from fedapp.data import dataset_for
 from fedapp.data.on_device import client_tensors
 from fedapp.energy.phases import client_meter, phase, phase_metrics

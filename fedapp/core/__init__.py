@@ -1,1 +1,1 @@
-"""Core pieces both sides share: the typed run-config, masks, aggregation, training, the wire format, evaluation, device and logs."""
+"""Pieces every side uses: the typed run-config, masks, aggregation, training, wire format, evaluation, client state store."""

@@ -19,10 +19,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedapp.client.state import StateStore
-from fedapp.client.state_rounds import Schema
 from fedapp.core.aggregate import Contribution
 from fedapp.core.config import RunConfig
+from fedapp.core.state import StateStore
+from fedapp.core.state_rounds import Schema
 from fedapp.core.train import ExtraLoss, TrainSettings, TrainStats, proximal_term, trainer
 from fedapp.data import ClientData
 from fedapp.data.on_device import ClientTensors
@@ -221,7 +221,7 @@ class ClientPolicy:
 
     def state_schema(self, model: nn.Module, initial: Mapping[str, np.ndarray]) -> Schema:
         """Per state key the arrays (name -> shape, dtype) this method's records must hold: a stored
-        record that differs is refused before use (fedapp.client.state_rounds); undeclared records are
+        record that differs is refused before use (fedapp.core.state_rounds); undeclared records are
         checked for finiteness only. FedAvg keeps no state."""
         return {}
 

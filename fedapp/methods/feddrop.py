@@ -10,9 +10,9 @@ from collections.abc import Mapping
 import numpy as np
 from torch import nn
 
-from fedapp.client.state_rounds import Schema
 from fedapp.core.device import host_arrays, load_host_arrays
 from fedapp.core.masks import neuron_layout
+from fedapp.core.state_rounds import Schema
 from fedapp.methods.base import ClientJob, Method, local_test_scores, shaped_like
 from fedapp.methods.dropout import SubModelClient
 from fedapp.methods.submodel import extract_submodel

@@ -22,10 +22,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedapp.client.state_rounds import Schema
 from fedapp.core.config import MAX_ROUNDS, ConfigError, RunConfig, integer_in, key, one_of
 from fedapp.core.device import host_arrays, load_host_arrays
 from fedapp.core.masks import LayerGroup, layer_groups
+from fedapp.core.state_rounds import Schema
 from fedapp.data import dataset_for
 from fedapp.methods.accounting import group_macs, group_sizes, round_macs, round_params
 from fedapp.methods.base import (

@@ -29,9 +29,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedapp.client.state_rounds import Schema
 from fedapp.core.config import MAX_LR, RunConfig, key, number_in, one_of, unit_interval
 from fedapp.core.masks import NeuronLayout, model_param_masks, neuron_layout
+from fedapp.core.state_rounds import Schema
 from fedapp.core.train import bernoulli
 from fedapp.methods.base import (
     ClientJob,

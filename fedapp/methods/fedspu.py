@@ -16,8 +16,8 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from fedapp.client.state_rounds import Schema
 from fedapp.core.device import host_arrays, load_host_arrays
+from fedapp.core.state_rounds import Schema
 from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, local_test_scores, shaped_like, train_metrics
 from fedapp.methods.tier_client import active_masks, es_metrics, job_neurons
 from fedapp.methods.tiers import TieredServer, TierParams

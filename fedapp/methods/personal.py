@@ -26,9 +26,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedapp.client.state_rounds import Schema
 from fedapp.core import wire
 from fedapp.core.device import host_arrays, load_host_arrays
+from fedapp.core.state_rounds import Schema
 from fedapp.core.train import TrainStats
 from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, Reply, ServerPolicy, local_test_scores, train_metrics
 

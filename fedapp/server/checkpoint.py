@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from fedapp.client.state import save_npz_atomic, token_folder
-from fedapp.client.state_rounds import Lineage
 from fedapp.core.config import ConfigError
+from fedapp.core.state import save_npz_atomic, token_folder
+from fedapp.core.state_rounds import Lineage
 from fedapp.server.rundir import CLIENT_STATE
 
 FILE = "checkpoint.npz"
@@ -47,7 +47,7 @@ class Checkpoint:
     token: str
     finished: bool = False  # the method stopped early (e.g. FedSPU early stopping)
     config: dict[str, Any] | None = None  # the run's resolved config less RESUMABLE (None: an older checkpoint)
-    lineage: str = ""  # the server starts whose client-state versions count (fedapp.client.state_rounds.Lineage; '' = one)
+    lineage: str = ""  # the server starts whose client-state versions count (fedapp.core.state_rounds.Lineage; '' = one)
 
 
 def learned(config: dict[str, Any]) -> dict[str, Any]:

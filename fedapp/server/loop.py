@@ -21,14 +21,14 @@ from flwr.app import ConfigRecord
 from flwr.serverapp import Grid
 
 from fedapp.client.config_errors import stop_on_config_errors
-from fedapp.client.state import unkeyed_files
-from fedapp.client.state_rounds import Lineage
 from fedapp.core import wire
 from fedapp.core.config import ConfigError, RunConfig
 from fedapp.core.device import describe, host_arrays, load_host_arrays, process_device
 from fedapp.core.evaluate import evaluate
 from fedapp.core.logs import log_devices, log_meters
 from fedapp.core.runtime import configure_determinism, configure_threads
+from fedapp.core.state import unkeyed_files
+from fedapp.core.state_rounds import Lineage
 from fedapp.data import Dataset, check_partition, dataset_for
 from fedapp.energy.ledger import Ledger
 from fedapp.methods.base import Method
@@ -194,7 +194,7 @@ def rounds(
         arrays, first, token, done = ckpt.arrays, ckpt.round + 1, ckpt.token, ckpt.finished
         policy.load_state(ckpt.policy)
         strategy.rng.setstate(ckpt.rng)
-        lineage = Lineage((*Lineage.parse(ckpt.lineage).starts, (first, secrets.token_hex(4))))  # client state: fedapp.client.state_rounds
+        lineage = Lineage((*Lineage.parse(ckpt.lineage).starts, (first, secrets.token_hex(4))))  # client state: fedapp.core.state_rounds
         if context_state is not None:
             context_state.restore(Path(cfg.run_dir) / rundir.CLIENT_STATE / token)
     x_test, y_test = torch.from_numpy(ds.x_test), torch.from_numpy(ds.y_test)

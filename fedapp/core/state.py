@@ -4,7 +4,7 @@ A client's state is a set of named records, each a dict of arrays: ``store.load(
 key)`` and ``store.save(partition, key, arrays)`` (``save_all`` for several records that must
 change together), so each method names its own records and never filters or merges another's.
 Two stores with one interface, each holding per partition two *slots* (the current version
-and ``prev``; fedapp.client.state_rounds decides which one a message reads):
+and ``prev``; fedapp.core.state_rounds decides which one a message reads):
 
 * ``ContextStore`` keeps arrays in Flower's ``Context.state`` (per run, per node;
   shipped with every message in deployment, lost when a SuperNode restarts; the in-process
@@ -19,7 +19,7 @@ the client starts afresh the next round, as after a lost state-dir (every method
 handles that). Failing the round puts the file's name in the server's failure_reasons, where
 the operator sees it; keeping it failing would lose the client for the rest of the run.
 A file that reads but holds wrong values is handled the same way one level up
-(fedapp.client.state_rounds: ``*.bad-<time>``). The run token that names a run's state folder
+(fedapp.core.state_rounds: ``*.bad-<time>``). The run token that names a run's state folder
 comes from the server and is checked before it becomes a path.
 """
 

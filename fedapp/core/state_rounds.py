@@ -27,7 +27,7 @@ from typing import NoReturn
 
 import numpy as np
 
-from fedapp.client.state import ContextStore, DiskStore, StateError, record_of, replace_records
+from fedapp.core.state import ContextStore, DiskStore, StateError, record_of, replace_records
 
 ROUND, ATTEMPT = "@/round", "@/attempt"  # version stamp entries ('@' is never a state key)
 PREV = "prev"
