@@ -4,7 +4,7 @@ A method is a server policy (which clients train, what each one is sent, how
 replies are weighted, what is remembered between rounds) and a client policy (what
 trains, what is uploaded, what extra loss, what state persists), registered as a
 ``Method`` (fedapp.methods.registry). Neither touches wire encoding, Flower plumbing or data
-loading (strategy.py and client.py do); the metrics a server policy returns from
+loading (server/strategy.py and client/handlers.py do); the metrics a server policy returns from
 ``after_round`` are its own namespace in metrics.jsonl and may not reuse a core key.
 """
 

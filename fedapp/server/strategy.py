@@ -12,7 +12,7 @@ model and its row says ``aggregate_rejected``.
 
 ``aggregate_train`` and ``aggregate_evaluate`` return everything they aggregated (a
 ``RoundResult``, an ``EvalResult``; each unpacks like Flower's own return pair), so the round
-loop (server.py) reads results, never the strategy's attributes.
+loop (loop.py) reads results, never the strategy's attributes.
 """
 
 from __future__ import annotations
