@@ -56,15 +56,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import fedapp.batched.train as batched_train
 from fedapp.batched.train import ClientWork, train_clients
-from fedapp.client_cache import clear_caches
+from fedapp.client.cache import clear_caches
+from fedapp.core.runtime import configure_threads
+from fedapp.core.train import Augment, TrainSettings, local_train
 from fedapp.data.augment import make_augment
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
 from fedapp.models.cnn import cnn
 from fedapp.models.mlp import mlp
-from fedapp.runtime import configure_threads
-from fedapp.server import serve
-from fedapp.train import Augment, TrainSettings, local_train
+from fedapp.server.loop import serve
 
 MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], int]] = {
     "cnn 3x32x32": (lambda: cnn((3, 32, 32), 10), (3, 32, 32), 10),

@@ -71,10 +71,10 @@ def measure(root: str) -> list[dict[str, object]]:
     import torchvision.datasets  # noqa: F401
 
     import client_app  # noqa: F401
-    from fedapp.config import RunConfig
+    from fedapp.core.config import RunConfig
+    from fedapp.core.evaluate import evaluate
     from fedapp.data import client_data, client_indices, dataset_for, load_dataset
     from fedapp.engine.run_local import run_local
-    from fedapp.evaluate import evaluate
     from fedapp.models import build_model
 
     stage("imports (baseline)", t)

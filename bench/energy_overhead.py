@@ -1,6 +1,6 @@
 """Overhead of background energy sampling on a training loop, measured in one run.
 
-The same local_train call (fedapp.train, MLP on digits-sized data, one thread) is timed
+The same local_train call (fedapp.core.train, MLP on digits-sized data, one thread) is timed
 alternately with no sampler and with a Sampler thread reading a real meter back end,
 for each sampling interval asked. This machine has no meter, so by default the Jetson
 sysfs back end reads a generated INA3221 tree (the same file reads as on a board);
@@ -24,12 +24,12 @@ from pathlib import Path
 
 import torch
 
+from fedapp.core.runtime import configure_threads
+from fedapp.core.train import TrainSettings, local_train
 from fedapp.energy.auto import MeterSettings, open_sensors
 from fedapp.energy.base import Sensor
 from fedapp.energy.jetson import JetsonRails
 from fedapp.energy.sampler import Sampler
-from fedapp.runtime import configure_threads
-from fedapp.train import TrainSettings, local_train
 
 
 def fixture_sysfs(root: Path) -> None:

@@ -17,15 +17,15 @@ import statistics
 
 import torch
 
+from fedapp.core.masks import layer_groups
+from fedapp.core.runtime import configure_threads
+from fedapp.core.train import TrainSettings, local_train
 from fedapp.engine.run_local import full_config
-from fedapp.masks import layer_groups
 from fedapp.methods.accounting import group_macs, group_sizes, round_macs
 from fedapp.methods.fedpart import train_only
 from fedapp.methods.layer_schedule import FULL, schedule
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
-from fedapp.runtime import configure_threads
-from fedapp.train import TrainSettings, local_train
 
 SHAPES = {"cnn-bn": ((1, 8, 8), 10), "resnet8": ((3, 32, 32), 10), "resnet18": ((3, 32, 32), 10)}
 

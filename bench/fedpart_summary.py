@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedapp.report import load_runs
-from fedapp.results import Run
+from fedapp.report.compare import load_runs
+from fedapp.server.results import Run
 
 
 def cycle_ends(cfg: dict[str, Any], num_groups: int) -> list[int]:

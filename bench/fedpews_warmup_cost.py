@@ -18,12 +18,12 @@ import time
 import torch
 from torch import nn
 
-from fedapp.masks import neuron_layout
+from fedapp.core.masks import neuron_layout
+from fedapp.core.runtime import configure_threads
+from fedapp.core.train import TrainSettings, local_train
 from fedapp.methods.pews_train import WarmupLoop
 from fedapp.models.cnn import cnn
 from fedapp.models.mlp import mlp
-from fedapp.runtime import configure_threads
-from fedapp.train import TrainSettings, local_train
 
 MODELS = {
     # the paper's FC net on Synthetic-32K (one client's 8,000 points, B 32) and its CNN on CIFAR-MNIST (B 64)

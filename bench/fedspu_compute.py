@@ -21,13 +21,13 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from fedapp.masks import model_param_masks, neuron_layout
+from fedapp.core.masks import model_param_masks, neuron_layout
+from fedapp.core.runtime import configure_threads
+from fedapp.core.train import TrainSettings, local_train
 from fedapp.methods.submodel import extract_submodel
 from fedapp.methods.tiers import random_neurons
 from fedapp.models.fedspu_cnn import cifar_cnn, emnist_cnn
 from fedapp.models.mlp import mlp
-from fedapp.runtime import configure_threads
-from fedapp.train import TrainSettings, local_train
 
 TIERS = (0.2, 0.4, 0.6, 0.8, 1.0)
 MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], int, int]] = {

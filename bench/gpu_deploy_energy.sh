@@ -47,7 +47,7 @@ run() {  # NAME CONFIG.toml KEY=VALUE...: one run to its end on the deployment; 
   local name=$1 base=$2; shift 2
   "$PY" - "$W/$base" "$D/$name.toml" "run-dir=$D/$name" "$@" <<'PYEOF'
 import json, sys
-from fedapp.config import load_toml_config, parse_overrides
+from fedapp.core.config import load_toml_config, parse_overrides
 cfg = load_toml_config(sys.argv[1])
 for item in sys.argv[3:]:
     cfg.update(parse_overrides(item))

@@ -21,7 +21,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fedapp.config import load_toml_config  # noqa: E402
+from fedapp.core.config import load_toml_config  # noqa: E402
 from fedapp.engine.run_local import run_local  # noqa: E402
 
 TOLERANCE = 0.02  # absolute accuracy, final round

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import config_snapshot  # noqa: E402
 
-from fedapp import reply_checks  # noqa: E402
+from fedapp.server import reply_checks  # noqa: E402
 
 seen: dict[str, float] = {"reply": 0.0, "aggregate": 0.0}
 current: dict[str, Any] = {}  # the global model and scales of the round being checked

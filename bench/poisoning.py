@@ -15,7 +15,7 @@ round over rounds 2.. .
 
 Each finished run appends one JSON line to ``--out`` (a rerun skips the cells already there);
 the tables are printed from that file. Seconds per round on a shared machine move with its
-load, so a last table times the one step the rules change, ``fedapp.robust.aggregate`` alone
+load, so a last table times the one step the rules change, ``fedapp.server.robust.aggregate`` alone
 (median of 5 calls), on 10 dense replies of the digits MLP and of a 10^6-parameter model.
 """
 
@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
-from fedapp.aggregate import Contribution
-from fedapp.robust import aggregate
+from fedapp.core.aggregate import Contribution
+from fedapp.server.robust import aggregate
 from tests.poisoning import run_poisoned
 
 RULES = ("mean", "trimmed-mean", "median", "norm-bound")

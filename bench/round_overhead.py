@@ -47,14 +47,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fedapp.client_app import app as client_app  # noqa: E402
-from fedapp.config import ConfigError  # noqa: E402
+from fedapp.core.config import ConfigError  # noqa: E402
+from fedapp.core.runtime import configure_threads  # noqa: E402
 from fedapp.data import client_data, dataset_for  # noqa: E402
 from fedapp.engine.local_grid import LocalGrid  # noqa: E402
 from fedapp.engine.run_local import full_config  # noqa: E402
 from fedapp.methods.registry import resolve  # noqa: E402
 from fedapp.models import build_model  # noqa: E402
-from fedapp.runtime import configure_threads  # noqa: E402
-from fedapp.server import serve  # noqa: E402
+from fedapp.server.loop import serve  # noqa: E402
 from tests.flwr_harness import flwr_run, stop_all  # noqa: E402
 
 
@@ -194,13 +194,13 @@ def fedavg_part(args: argparse.Namespace, tmp: Path) -> None:
     n_msgs = 4 * args.clients
     items = [
         ("model built (build_model)", "fedapp/models/__init__.py", "build_model"),
-        ("global decoded into the model (load_global)", "fedapp/client.py", "load_global"),
+        ("global decoded into the model (load_global)", "fedapp/client/handlers.py", "load_global"),
         ("run-config resolved (resolve)", "fedapp/methods/registry.py", "resolve"),
         ("client data sliced (client_data)", "fedapp/data/__init__.py", "client_data"),
-        ("reply encoded (wire.encode)", "fedapp/wire.py", "encode"),
-        ("server: aggregation (masked_mean)", "fedapp/aggregate.py", "masked_mean"),
-        ("server: reply decoding (MaskedStrategy.decode)", "fedapp/strategy.py", "decode"),
-        ("server: central evaluation (central_eval)", "fedapp/server.py", "central_eval"),
+        ("reply encoded (wire.encode)", "fedapp/core/wire.py", "encode"),
+        ("server: aggregation (masked_mean)", "fedapp/core/aggregate.py", "masked_mean"),
+        ("server: reply decoding (MaskedStrategy.decode)", "fedapp/server/strategy.py", "decode"),
+        ("server: central evaluation (central_eval)", "fedapp/server/loop.py", "central_eval"),
     ]
     section("cProfile, 4 rounds (profiler overhead included): cumulative time per train message, per round for server items")
     for label, where, name in items:

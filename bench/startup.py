@@ -156,7 +156,7 @@ import time; t0 = time.process_time()
 import numpy as np
 from flwr.app import ConfigRecord, MessageType, RecordDict
 import bare_client
-from fedapp import wire
+from fedapp.core import wire
 from fedapp.engine.local_grid import LocalGrid
 grid = LocalGrid(bare_client.app, {{}}, {clients})
 content = RecordDict({{"arrays": wire.to_record(dict(np.load({arrays!r}))), "config": ConfigRecord({{}})}})
@@ -169,7 +169,7 @@ import time; t0 = time.process_time()
 import numpy as np
 from flwr.app import ConfigRecord, MessageType, RecordDict
 import client_app
-from fedapp import wire
+from fedapp.core import wire
 from fedapp.engine.local_grid import LocalGrid
 grid = LocalGrid(client_app.app, {raw!r}, {clients})
 query = grid.create_message(RecordDict({{"config": ConfigRecord({{}})}}), MessageType.QUERY, 1000, "0")
@@ -192,9 +192,9 @@ print(time.process_time() - t0)
     "fedapp": """
 import time; t0 = time.process_time()
 import server_app
-from fedapp.config import ConfigError
+from fedapp.core.config import ConfigError
 from fedapp.engine.local_grid import LocalGrid
-from fedapp.server import serve
+from fedapp.server.loop import serve
 class NoNodes(LocalGrid):
     def get_node_ids(self):
         return []

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fedapp.config import ConfigError, load_toml_config, parse_overrides
+from fedapp.core.config import ConfigError, load_toml_config, parse_overrides
 from fedapp.data.cli import add_data
 from fedapp.deploy import DeployError
 from fedapp.deploy.cli import add_parser as add_deploy
@@ -23,7 +23,7 @@ def overrides_of(items: list[str]) -> dict[str, object]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from fedapp.engine.run_local import run_local
-    from fedapp.progress import interactive
+    from fedapp.server.progress import interactive
 
     out = run_local(overrides_of(args.config), progress=interactive() and not args.no_progress)
     print(f"results in {out}")
@@ -31,13 +31,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    from fedapp.sim import run
+    from fedapp.sim.flwr_run import run
 
     return run(overrides_of(args.config), Path(args.app), args.federation_config)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from fedapp.report import report
+    from fedapp.report.compare import report
 
     out = Path(args.out) if args.out else Path(args.runs[0]).parent / "report"
     from rich.console import Console
@@ -56,7 +56,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from fedapp.keys import keys_text
+    from fedapp.methods.keys import keys_text
     from fedapp.methods.registry import get_method
 
     if args.method is not None:

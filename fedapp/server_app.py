@@ -1,4 +1,4 @@
-"""The ServerApp: read the run-config, run the federation, write results (fedapp.server). Flower
+"""The ServerApp: read the run-config, run the federation, write results (fedapp.server.loop). Flower
 loads it through the top-level server_app.py."""
 
 import logging
@@ -6,8 +6,8 @@ import logging
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedapp.rundir import checkout_base
-from fedapp.server import one_line, serve
+from fedapp.server.loop import one_line, serve
+from fedapp.server.rundir import checkout_base
 
 app = ServerApp()
 

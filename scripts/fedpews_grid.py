@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedapp.progress import grid_bar, quiet_rounds
-from fedapp.runtime import configure_threads
+from fedapp.core.runtime import configure_threads
+from fedapp.server.progress import grid_bar, quiet_rounds
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = (0, 1, 2)
@@ -94,7 +94,7 @@ GROUPS: dict[str, list[Entry]] = {
 def run_one(job: tuple[str, str, dict[str, Any]]) -> str:
     """One run in this worker process; returns a log line."""
     run_dir, stem, overrides = job
-    from fedapp.config import load_toml_config
+    from fedapp.core.config import load_toml_config
     from fedapp.engine.run_local import run_local
 
     base = load_toml_config(ROOT / "configs" / f"{stem}.toml")

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedapp.config import load_toml_config
+from fedapp.core.config import load_toml_config
 from fedapp.engine.run_local import run_local
-from fedapp.progress import grid_bar, quiet_rounds
+from fedapp.server.progress import grid_bar, quiet_rounds
 
 ALPHAS = (0.1, 0.5, 1.0)
 SEEDS = (0, 1, 2)

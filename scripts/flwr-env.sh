@@ -1,7 +1,7 @@
 # Source before `flwr run` (the scripts do): this checkout's own Flower state and local SuperLink.
 # `flwr run` sends a run to whatever local SuperLink holds its port, so FLWR_HOME and both ports
 # the managed SuperLink listens on (HTTP API, Control API) are derived from this checkout's real
-# path: two checkouts or users on one machine never share a SuperLink. fedapp/simenv.py (used by
+# path: two checkouts or users on one machine never share a SuperLink. fedapp/sim/flower_home.py (used by
 # `fedapp sim`) computes the same values. FEDAPP_CHECKOUT tells the ServerApp where relative
 # run-dirs go. The SuperLink keeps the environment it was started with.
 _fedapp_root="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")/.." && pwd -P)"

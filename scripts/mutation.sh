@@ -5,24 +5,24 @@
 # score per module: killed / (total - mutants listed in tests/mutation-equivalents.txt, with the reason
 # each changes no behaviour). Not in the default suite (minutes per module).
 #   scripts/mutation.sh                   every module below
-#   scripts/mutation.sh fedapp/wire.py    one module (survivors are listed by name: mutmut show NAME
-#                                         in .mutation/fedapp.wire shows the change)
+#   scripts/mutation.sh fedapp/core/wire.py    one module (survivors are listed by name: mutmut show NAME
+#                                         in .mutation/fedapp.core.wire shows the change)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
 # module -> its own fast test files (space-separated)
 declare -A TESTS=(
-  [fedapp/aggregate.py]="tests/test_aggregate.py"
-  [fedapp/wire.py]="tests/test_wire.py"
-  [fedapp/masks.py]="tests/test_masks.py"
-  [fedapp/rundir.py]="tests/test_rundir.py"
-  [fedapp/roster.py]="tests/test_roster.py"
-  [fedapp/reply_checks.py]="tests/test_reply_checks_unit.py"
-  [fedapp/config.py]="tests/test_config.py tests/test_config_values.py tests/test_config_ranges.py"
-  [fedapp/robust.py]="tests/test_robust_aggregate.py tests/test_robust_edges.py"
+  [fedapp/core/aggregate.py]="tests/test_aggregate.py"
+  [fedapp/core/wire.py]="tests/test_wire.py"
+  [fedapp/core/masks.py]="tests/test_masks.py"
+  [fedapp/server/rundir.py]="tests/test_rundir.py"
+  [fedapp/server/roster.py]="tests/test_roster.py"
+  [fedapp/server/reply_checks.py]="tests/test_reply_checks_unit.py"
+  [fedapp/core/config.py]="tests/test_config.py tests/test_config_values.py tests/test_config_ranges.py"
+  [fedapp/server/robust.py]="tests/test_robust_aggregate.py tests/test_robust_edges.py"
 )
-ORDER=(fedapp/aggregate.py fedapp/wire.py fedapp/masks.py fedapp/rundir.py fedapp/roster.py fedapp/reply_checks.py fedapp/config.py fedapp/robust.py)
+ORDER=(fedapp/core/aggregate.py fedapp/core/wire.py fedapp/core/masks.py fedapp/server/rundir.py fedapp/server/roster.py fedapp/server/reply_checks.py fedapp/core/config.py fedapp/server/robust.py)
 EQUIVALENTS=$root/tests/mutation-equivalents.txt
 
 [ -x .venv/bin/python ] || scripts/setup.sh

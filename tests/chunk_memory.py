@@ -10,12 +10,12 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from fedapp.batched.pews import WarmupWork
-from fedapp.client_cache import resolve_once
+from fedapp.client.cache import resolve_once
+from fedapp.core.masks import neuron_layout
 from fedapp.data import client_data, dataset_for
 from fedapp.engine.batched_executor import FitCall, WarmupCall, kernel
 from fedapp.engine.client_batch_size import chunk_bytes
 from fedapp.engine.run_local import full_config
-from fedapp.masks import neuron_layout
 from fedapp.methods.base import settings_of
 from fedapp.methods.pews_train import WarmupLoop
 from fedapp.models import build_model

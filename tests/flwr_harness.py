@@ -2,7 +2,7 @@
 
 Every run of a test session goes through one copy of this checkout (its tracked and unignored
 files: no .venv for Flower's app-bundle build to walk) and that copy's own managed SuperLink,
-on the FLWR_HOME and ports `fedapp.simenv` derives from the copy's path, exactly what a
+on the FLWR_HOME and ports `fedapp.sim.flower_home` derives from the copy's path, exactly what a
 second checkout gets. The runs are sequential and each has its own run folder, so they share
 the SuperLink safely (and pay its start once). Tests can run beside a user's SuperLink; every
 SuperLink started here is stopped by PID when the session ends (tests/conftest.py), and
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fedapp.simenv import checkout_env, superlink_pids
+from fedapp.sim.flower_home import checkout_env, superlink_pids
 
 ROOT = Path(__file__).resolve().parents[1]
 FLWR = str(Path(sys.executable).with_name("flwr"))

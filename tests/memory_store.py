@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedapp.state import check_key
+from fedapp.core.state import check_key
 
 
 class MemoryStore:

@@ -24,16 +24,16 @@ import torch
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from fedapp import wire
-from fedapp.client import handle_evaluate, handle_train, load_global, node_local
-from fedapp.client_cache import process_model, resolve_once
+from fedapp.client.cache import process_model, resolve_once
+from fedapp.client.handlers import handle_evaluate, handle_train, load_global, node_local
+from fedapp.client.node_query import handle_query
+from fedapp.core import wire
+from fedapp.core.device import host_arrays
 from fedapp.data import dataset_for
-from fedapp.device import host_arrays
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
-from fedapp.node_query import handle_query
-from fedapp.reply_checks import MAX_STEP
-from fedapp.server import serve
+from fedapp.server.loop import serve
+from fedapp.server.reply_checks import MAX_STEP
 
 Attack = Callable[[np.ndarray, np.ndarray, float], np.ndarray]  # (sent values, global values there, tensor scale) -> values
 

@@ -7,7 +7,7 @@ import pytest
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
-from fedapp.aggregate import Contribution, masked_mean
+from fedapp.core.aggregate import Contribution, masked_mean
 
 
 def test_hand_computed_masked_mean_with_unequal_weights_and_uncovered_entries() -> None:

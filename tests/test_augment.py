@@ -10,9 +10,9 @@ import torch.nn.functional as F
 import torchvision.transforms.functional as TF
 from torchvision.transforms import InterpolationMode
 
+from fedapp.core.train import TrainSettings, local_train
 from fedapp.data.augment import crop, hflip, make_augment, rotate
 from fedapp.data.dataset import Normalization
-from fedapp.train import TrainSettings, local_train
 
 
 def batch(n: int = 8, seed: int = 0) -> torch.Tensor:
@@ -98,7 +98,7 @@ def test_normalization_of_black_is_minus_mean_over_std() -> None:
 def test_config_choices_match_the_implemented_ones() -> None:
     import dataclasses
 
-    from fedapp.config import RunConfig
+    from fedapp.core.config import RunConfig
     from fedapp.data.augment import AUGMENTS
     from fedapp.data.preprocess import NORMALIZES
 

@@ -25,18 +25,18 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from torch import nn
 
-from fedapp.client import handle_evaluate, handle_train
+from fedapp.client.handlers import handle_evaluate, handle_train
+from fedapp.client.node_query import handle_query
 from fedapp.client_app import app as client_app
-from fedapp.config import ConfigError
+from fedapp.core.config import ConfigError
+from fedapp.core.train import TrainSettings
+from fedapp.core.wire import from_record
 from fedapp.engine.batched_executor import BatchFallbackError, FitCall, train_parked
 from fedapp.engine.client_batch_size import auto_client_batch, client_bytes
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
 from fedapp.methods.registry import resolve
-from fedapp.node_query import handle_query
-from fedapp.server import serve
-from fedapp.train import TrainSettings
-from fedapp.wire import from_record
+from fedapp.server.loop import serve
 from tests.run_rows import outcome_rows
 
 RTOL, ATOL = 1e-5, 1e-6

@@ -27,12 +27,12 @@ from fedapp.batched.pews import WarmupWork, train_warmups
 from fedapp.batched.plan import client_batches
 from fedapp.batched.train import ClientWork, train_clients
 from fedapp.batched.upfront import augment_draws, check_augments
+from fedapp.core.masks import neuron_layout
+from fedapp.core.runtime import configure_threads
+from fedapp.core.train import TrainSettings
 from fedapp.data.augment import make_augment
-from fedapp.masks import neuron_layout
 from fedapp.methods.pews_train import WarmupLoop
 from fedapp.models.cnn import cnn
-from fedapp.runtime import configure_threads
-from fedapp.train import TrainSettings
 
 configure_threads(1)
 

@@ -16,11 +16,11 @@ from torch import nn
 
 from fedapp.batched.plan import chunks, client_batches, step_grid
 from fedapp.batched.train import ClientOutcome, ClientWork, train_clients, unbatchable
+from fedapp.core.runtime import configure_threads
+from fedapp.core.train import Augment, TrainSettings, TrainStats, local_train, proximal_term
 from fedapp.data.augment import make_augment
 from fedapp.models.cnn import cnn
 from fedapp.models.cnn_bn import cnn_bn
-from fedapp.runtime import configure_threads
-from fedapp.train import Augment, TrainSettings, TrainStats, local_train, proximal_term
 
 configure_threads(1)  # as every entry point does; 2 threads on a loaded 2-core box are far slower
 

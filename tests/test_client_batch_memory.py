@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedapp.config import ConfigError
+from fedapp.core.config import ConfigError
 from fedapp.engine.batched_executor import BatchedExecutor
 from fedapp.engine.client_batch_size import AUTO_MAX, AutoSize, auto_client_batch, client_bytes
 from fedapp.engine.run_local import full_config

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 from flwr.app import Context, RecordDict
 
-from fedapp.client import node_local, state_store
-from fedapp.config import RunConfig
-from fedapp.state import ContextStore, DiskStore
+from fedapp.client.handlers import node_local, state_store
+from fedapp.core.config import RunConfig
+from fedapp.core.state import ContextStore, DiskStore
 
 
 def context(node_id: int, node_config: dict[str, object]) -> Context:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fedapp.config import ConfigError, defaults_of, parse_overrides
+from fedapp.core.config import ConfigError, defaults_of, parse_overrides
 from fedapp.engine.run_local import full_config
 from fedapp.methods.registry import all_param_classes, resolve
 

@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from fedapp.cli import main
-from fedapp.config import ConfigError, fields_of, parse_overrides
+from fedapp.core.config import ConfigError, fields_of, parse_overrides
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
 from fedapp.methods.registry import all_param_classes, resolve
-from fedapp.run_checks import check_sgd_decay
-from fedapp.server import serve
+from fedapp.server.loop import serve
+from fedapp.server.run_checks import check_sgd_decay
 
 # key -> (low, high, low included, high included, whole numbers only), as docs/faults.md states them
 DAY = 86400

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fedapp.config import (
+from fedapp.core.config import (
     ALLOWED,
     ConfigError,
     RunConfig,
@@ -148,7 +148,7 @@ def test_an_unknown_key_with_two_close_known_keys_names_only_the_closest() -> No
 
 
 def test_range_checks_built_at_call_time_say_and_do_what_their_bounds_say() -> None:
-    """The run-config's fields build their checks when fedapp.config is imported; these build them
+    """The run-config's fields build their checks when fedapp.core.config is imported; these build them
     here, so that a mutation of number_in, integer_in or shown is seen (mutmut switches mutants after
     the import)."""
     closed = number_in(0.5, 2.5)

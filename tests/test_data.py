@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedapp.config import ConfigError, RunConfig
+from fedapp.core.config import ConfigError, RunConfig
 from fedapp.data import client_data, load_dataset
 from fedapp.data.partition import local_split, partition_indices
 from fedapp.data.synthetic import clusters, sample

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fedapp.cli import main
-from fedapp.config import ConfigError
+from fedapp.core.config import ConfigError
 from fedapp.data import load_dataset
 from fedapp.data.errors import DataFileError
 from tests.data_files import write_cifar10, write_medmnist, write_mnist

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fedapp.config import ConfigError, RunConfig
+from fedapp.core.config import ConfigError, RunConfig
 from fedapp.data import client_data, dataset_for, load_dataset
 from tests.data_files import write_cifar10, write_cifar100, write_emnist, write_medmnist, write_mnist
 

@@ -14,10 +14,11 @@ import httpx
 import numpy as np
 import pytest
 
-from fedapp import checkpoint, wire
+from fedapp.core import wire
 from fedapp.deploy.commands import register_argv
 from fedapp.deploy.connection import write_connection
 from fedapp.methods.registry import MODULES
+from fedapp.server import checkpoint
 from tests.deploy_harness import CONNECTION, FLWR, PY, Federation, base_env, io_bytes, rows
 from tests.flwr_harness import ROOT
 

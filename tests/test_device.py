@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedapp import client_cache
-from fedapp.config import ConfigError, RunConfig, parse
+from fedapp.client import cache
+from fedapp.core.config import ConfigError, RunConfig, parse
+from fedapp.core.device import node_device, pick
 from fedapp.data import on_device
-from fedapp.device import node_device, pick
 from fedapp.engine.run_local import run_local
 from fedapp.methods.registry import get_method
 from tests.data_files import write_cifar10
@@ -54,14 +54,14 @@ METHODS: dict[str, dict[str, Any]] = {
 @pytest.fixture
 def meta_default() -> Iterator[None]:
     """torch's default device is ``meta`` (caches emptied, so models and data are made anew under it)."""
-    client_cache.clear_caches()
+    cache.clear_caches()
     on_device.clear()
     torch.set_default_device("meta")
     try:
         yield
     finally:
         torch.set_default_device(None)
-        client_cache.clear_caches()
+        cache.clear_caches()
         on_device.clear()
 
 
@@ -100,9 +100,9 @@ def test_image_path_augmentation_and_normalisation_on_the_chosen_device(tmp_path
 
 def test_a_tensor_made_off_the_chosen_device_fails_the_run(tmp_path: Path, meta_default: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """The check above can fail: a loss accumulator made without the device breaks every reply."""
-    import fedapp.train
+    import fedapp.core.train
 
-    monkeypatch.setattr(fedapp.train, "loss_accumulator", lambda device: torch.zeros((), dtype=torch.float64))
+    monkeypatch.setattr(fedapp.core.train, "loss_accumulator", lambda device: torch.zeros((), dtype=torch.float64))
     out = run_local({**BASE, "run-dir": str(tmp_path / "broken")})
     got = rows(out)
     assert got and all(r["clients"] == 0 and r["failures"] == 5 for r in got)

@@ -9,15 +9,16 @@ import pytest
 import torch
 from flwr.app import Array
 
-from fedapp import client_cache, wire
-from fedapp.config import RunConfig
+from fedapp.client import cache
+from fedapp.core import wire
+from fedapp.core.config import RunConfig
+from fedapp.core.train import bernoulli, loss_accumulator
 from fedapp.data import client_data, dataset_for, on_device
 from fedapp.data.dataset import Normalization
 from fedapp.energy.auto import MeterSettings, open_sensors
 from fedapp.energy.gpu_index import match_index, parse_bus_id
 from fedapp.methods.fedselect import grad_select, top_k, top_k_mask
 from fedapp.models import build_model
-from fedapp.train import bernoulli, loss_accumulator
 
 
 def test_device_loss_sum_has_the_bits_of_a_python_float_sum() -> None:
@@ -101,8 +102,8 @@ def test_view_array_leaves_anything_unusual_to_np_load() -> None:
 def test_the_process_model_is_reset_to_a_fresh_build() -> None:
     cfg = RunConfig(model="cnn-bn", dataset="digits", seed=3)
     ds = dataset_for(cfg)
-    client_cache.clear_caches()
-    pm = client_cache.process_model(cfg, ds, torch.device("cpu"))
+    cache.clear_caches()
+    pm = cache.process_model(cfg, ds, torch.device("cpu"))
     fresh = build_model(cfg, ds.in_shape, ds.num_classes, seed=3)
     after_build = torch.default_generator.get_state()
     for p in pm.model.parameters():  # what a FedPart round leaves behind
@@ -110,16 +111,16 @@ def test_the_process_model_is_reset_to_a_fresh_build() -> None:
         p.grad = torch.ones_like(p)
     pm.model.eval()
     torch.rand(5)  # something drew from the default generator
-    again = client_cache.process_model(cfg, ds, torch.device("cpu"))
+    again = cache.process_model(cfg, ds, torch.device("cpu"))
     assert again.model is pm.model  # one model per process, not rebuilt
     assert torch.equal(torch.default_generator.get_state(), after_build)
     assert all(p.requires_grad and p.grad is None for p in again.model.parameters()) and again.model.training
     assert all(np.array_equal(again.initial[k], v.numpy()) for k, v in fresh.state_dict().items())
-    client_cache.clear_caches()
+    cache.clear_caches()
 
 
 def test_batched_host_transfers_equal_per_tensor_copies() -> None:
-    from fedapp.device import host_arrays, load_host_arrays
+    from fedapp.core.device import host_arrays, load_host_arrays
 
     model = build_model(RunConfig(model="cnn-bn"), (1, 8, 8), 10, seed=1)  # float weights and int64 BN counters
     state = model.state_dict()
@@ -152,9 +153,9 @@ def test_global_record_is_decoded_once_per_shared_record() -> None:
     from flwr.app import ArrayRecord
 
     record = ArrayRecord({"w": Array(np.ones(3, np.float32))})
-    first = client_cache.global_arrays(record)
-    assert client_cache.global_arrays(record) is first
-    assert client_cache.global_arrays(ArrayRecord({"w": Array(np.ones(3, np.float32))})) is not first
+    first = cache.global_arrays(record)
+    assert cache.global_arrays(record) is first
+    assert cache.global_arrays(ArrayRecord({"w": Array(np.ones(3, np.float32))})) is not first
 
 
 # -- which GPU NVML meters ---------------------------------------------------------------------

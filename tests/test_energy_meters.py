@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedapp.config import ConfigError
+from fedapp.core.config import ConfigError
 from fedapp.energy.auto import MeterSettings, open_sensors
 from fedapp.energy.base import MeterUnavailable, integrate
 from fedapp.energy.jetson import JetsonRails
@@ -293,7 +293,7 @@ def test_unknown_rail_names_key_and_available(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("value", ["wattmeter", "rapl+rapl", "rapl+external", "", "RAPL"])
 def test_energy_meter_value_checked(value: str) -> None:
-    from fedapp.config import RunConfig, parse
+    from fedapp.core.config import RunConfig, parse
 
     with pytest.raises(ConfigError, match="'energy-meter'"):
         parse(RunConfig, {"energy-meter": value})

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fedapp.config import ConfigError
+from fedapp.core.config import ConfigError
 from fedapp.energy.auto import MeterSettings, close_samplers
 from fedapp.engine.run_local import full_config, run_local
 from fedapp.methods.registry import resolve

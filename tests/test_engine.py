@@ -10,11 +10,11 @@ import pytest
 from flwr.app import Array, ArrayRecord, Context, Message
 from flwr.clientapp import ClientApp
 
-from fedapp.client import handle_train
+from fedapp.client.handlers import handle_train
+from fedapp.client.node_query import handle_query
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config, run_local
-from fedapp.node_query import handle_query
-from fedapp.server import serve
+from fedapp.server.loop import serve
 from tests.run_rows import outcome_rows
 
 BASE = {

@@ -20,9 +20,11 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedapp import wire
-from fedapp.client import handle_evaluate, handle_train, state_store
-from fedapp.config import ConfigError, RunConfig, load_toml_config
+from fedapp.client.handlers import handle_evaluate, handle_train, state_store
+from fedapp.client.node_query import handle_query
+from fedapp.core import wire
+from fedapp.core.config import ConfigError, RunConfig, load_toml_config
+from fedapp.core.state import DiskStore
 from fedapp.data import client_data, dataset_for
 from fedapp.data.sizes import split_sizes
 from fedapp.engine.local_grid import LocalGrid
@@ -30,10 +32,8 @@ from fedapp.engine.run_local import full_config
 from fedapp.methods.base import ServerPolicy
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
-from fedapp.node_query import handle_query
-from fedapp.roster import Roster
-from fedapp.server import serve
-from fedapp.state import DiskStore
+from fedapp.server.loop import serve
+from fedapp.server.roster import Roster
 
 BASE = {
     "dataset": "digits", "num-clients": 3, "partition": "0,1,2,3|4,5,6|7,8,9", "num-server-rounds": 2,

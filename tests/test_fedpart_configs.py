@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedapp.config import load_toml_config
+from fedapp.core.config import load_toml_config
+from fedapp.core.masks import layer_groups
 from fedapp.engine.run_local import full_config
-from fedapp.masks import layer_groups
 from fedapp.methods.fedpart import plan_of
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model

@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from fedapp.masks import layer_groups
+from fedapp.core.masks import layer_groups
+from fedapp.core.runtime import configure_threads
 from fedapp.methods.accounting import group_macs, group_sizes
 from fedapp.models.cnn_bn import cnn_bn
 from fedapp.models.resnet import resnet8, resnet18
-from fedapp.runtime import configure_threads
 
 configure_threads(1)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fedapp.config import ConfigError
+from fedapp.core.config import ConfigError
 from fedapp.engine.run_local import full_config
 from fedapp.methods.accounting import round_macs, round_params
 from fedapp.methods.fedpart import plan_of

@@ -8,10 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from fedapp.config import RunConfig, parse
+from fedapp.core.config import RunConfig, parse
+from fedapp.core.device import host_arrays
+from fedapp.core.masks import model_param_masks, neuron_layout, torch_param_masks
+from fedapp.core.train import TrainSettings
 from fedapp.data import ClientData
-from fedapp.device import host_arrays
-from fedapp.masks import model_param_masks, neuron_layout, torch_param_masks
 from fedapp.methods.base import ClientJob
 from fedapp.methods.fedpews import PeWSClient, PeWSParams, PeWSServer, mask_stats, warmup_rounds
 from fedapp.methods.fedpews_fixed import FixedClient, fixed_blocks
@@ -19,7 +20,6 @@ from fedapp.methods.pews_train import WarmupLoop, diversity_term, input_masks, m
 from fedapp.models import initial_model
 from fedapp.models.cnn import cnn
 from fedapp.models.mlp import mlp
-from fedapp.train import TrainSettings
 from tests.memory_store import MemoryStore
 
 SGD = TrainSettings(epochs=1, steps=0, batch_size=4, lr=0.1)
@@ -276,7 +276,7 @@ def test_fixed_client_trains_only_its_block_under_momentum() -> None:
 
 
 def test_server_remembers_masks_or_probabilities_and_reports_mask_metrics() -> None:
-    from fedapp.aggregate import Contribution
+    from fedapp.core.aggregate import Contribution
     from fedapp.methods.base import Reply
 
     cfg = parse(RunConfig, {**SYN, "method": "fedpews"})

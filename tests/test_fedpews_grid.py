@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fedapp.config import load_toml_config
+from fedapp.core.config import load_toml_config
 from fedapp.engine.run_local import full_config
 from fedapp.methods.fedpews import warmup_rounds
 from fedapp.methods.registry import resolve

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedapp.config import load_toml_config
+from fedapp.core.config import load_toml_config
 from fedapp.engine.run_local import run_local
 from tests.data_files import write_cifar10, write_medmnist, write_mnist
 

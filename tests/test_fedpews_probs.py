@@ -11,9 +11,9 @@ import pytest
 from flwr.app import Array, Context, Message
 from flwr.clientapp import ClientApp
 
-from fedapp.client import handle_train
+from fedapp.client.handlers import handle_train
+from fedapp.client.node_query import handle_query
 from fedapp.methods.fedpews import PROBS, REF
-from fedapp.node_query import handle_query
 from tests.test_faults import BAD, PEWS, pid_of, rows, run
 
 

@@ -15,16 +15,16 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Context, RecordDict
 
-from fedapp import wire
 from fedapp.client_app import app as client_app
+from fedapp.core import wire
+from fedapp.core.state import DiskStore
 from fedapp.data import dataset_for
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
 from fedapp.methods.personal import MASK_CURRENT, MASK_NEXT, SAVED_ROUND, THETA
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
-from fedapp.state import DiskStore
-from fedapp.strategy import MaskedStrategy
+from fedapp.server.strategy import MaskedStrategy
 
 N, ROUNDS, RESTART_AFTER = 3, 3, 2
 

@@ -12,16 +12,16 @@ from pathlib import Path
 import numpy as np
 from flwr.app import Array, ConfigRecord
 
-from fedapp import wire
 from fedapp.client_app import app as client_app
+from fedapp.core import wire
+from fedapp.core.state import DiskStore
 from fedapp.data import dataset_for
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
 from fedapp.methods.personal import MASK_CURRENT, THETA, eligible, unpack
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
-from fedapp.state import DiskStore
-from fedapp.strategy import MaskedStrategy
+from fedapp.server.strategy import MaskedStrategy
 
 N = 3
 

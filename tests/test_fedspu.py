@@ -12,15 +12,16 @@ import pytest
 import torch
 from flwr.app import ConfigRecord
 
-from fedapp import wire
-from fedapp.aggregate import Contribution
-from fedapp.config import ConfigError
+from fedapp.core import wire
+from fedapp.core.aggregate import Contribution
+from fedapp.core.config import ConfigError
+from fedapp.core.device import load_host_arrays
+from fedapp.core.evaluate import evaluate
+from fedapp.core.masks import model_param_masks
+from fedapp.core.state import DiskStore
 from fedapp.data import client_data
-from fedapp.device import load_host_arrays
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
-from fedapp.evaluate import evaluate
-from fedapp.masks import model_param_masks
 from fedapp.methods.base import Reply
 from fedapp.methods.early_stop import EarlyStopping
 from fedapp.methods.fedspu import PERSONAL_MODEL
@@ -34,9 +35,8 @@ from fedapp.methods.tiers import (
     random_neurons,
 )
 from fedapp.models import initial_model
-from fedapp.roster import Roster
-from fedapp.state import DiskStore
-from fedapp.strategy import MaskedStrategy
+from fedapp.server.roster import Roster
+from fedapp.server.strategy import MaskedStrategy
 
 BASE = {
     "dataset": "digits", "num-clients": 2, "partition": "0,1,2,3,4|5,6,7,8,9", "local-test-fraction": 0.3,

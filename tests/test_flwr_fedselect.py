@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fedapp.checkpoint import client_state_dir
+from fedapp.server.checkpoint import client_state_dir
 from tests.flwr_harness import flwr_run
 
 pytestmark = pytest.mark.flwr

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
 from fedapp.cli import main
-from fedapp.config import ConfigError, RunConfig, allowed_of, fields_of
-from fedapp.keys import check_declared
+from fedapp.core.config import ConfigError, RunConfig, allowed_of, fields_of
 from fedapp.methods.fedpews import PeWSParams
+from fedapp.methods.keys import check_declared
 from fedapp.methods.registry import resolve
 from fedapp.models import MODELS, build_model, register_model
 
@@ -42,13 +45,24 @@ def test_a_misspelt_key_gets_the_closest_known_one() -> None:
 
 
 def test_the_model_names_are_the_model_registry() -> None:
-    f = fields_of(RunConfig)["model"]
-    assert allowed_of(f) == "one of " + ", ".join(MODELS)
+    names = ", ".join(MODELS)
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert main(["keys"]) == 0
+    assert f'  model = "mlp"    [one of {names}]\n' in out.getvalue()
+    with pytest.raises(ConfigError, match=re.escape(f"run-config key 'model' = 'vgg' is not allowed: expected one of {names}")):
+        resolve({"model": "vgg"})
     assert {"mlp", "cnn-bn", "resnet8"} <= set(MODELS)
     with pytest.raises(ValueError, match="registered twice"):
         register_model("mlp")(MODELS["mlp"])
     model = build_model(RunConfig(model="cnn-bn"), (1, 8, 8), 3, seed=0)
     assert model(__import__("torch").zeros(2, 1, 8, 8)).shape == (2, 3)
+
+
+def test_the_config_module_imports_no_model_registry() -> None:
+    """config.py under the model registry would close a circle (registry -> data -> config)."""
+    code = "import sys, fedapp.core.config; print(sorted(m for m in sys.modules if m.startswith('fedapp.models')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    assert out.stdout.strip() == "[]"
 
 
 def test_fedapp_keys_prints_common_and_the_methods_keys_with_default_allowed_and_doc() -> None:
@@ -65,7 +79,7 @@ def test_fedapp_keys_prints_common_and_the_methods_keys_with_default_allowed_and
 
 def test_fedpews_fixed_has_only_the_warmup_key_and_a_mask_key_is_reported_unused() -> None:
     from fedapp.engine.run_local import full_config
-    from fedapp.run_checks import unused_keys
+    from fedapp.server.run_checks import unused_keys
 
     raw = full_config({"method": "fedpews-fixed", "mask-impl": "activation", "warmup-fraction": 0.25})
     cfg, method, params = resolve(raw)

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedapp.config import RunConfig
-from fedapp.masks import layer_groups, model_param_masks, neuron_layout, shape_masks, torch_param_masks
+from fedapp.core.config import RunConfig
+from fedapp.core.masks import layer_groups, model_param_masks, neuron_layout, shape_masks, torch_param_masks
 from fedapp.models import build_model
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fedapp.config import load_toml_config
+from fedapp.core.config import load_toml_config
 from fedapp.engine.run_local import run_local
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from fedapp.cli import main
-from fedapp.config import RunConfig, parse
+from fedapp.core.config import RunConfig, parse
 from fedapp.data import client_indices, dataset_for
 from fedapp.data.plot import fixed_partitioner
 

@@ -12,10 +12,10 @@ import torch
 import torchvision
 from torch import nn
 
+from fedapp.core.device import host_arrays, load_host_arrays
+from fedapp.core.evaluate import evaluate
 from fedapp.data import ClientData
-from fedapp.device import host_arrays, load_host_arrays
 from fedapp.engine.run_local import full_config
-from fedapp.evaluate import evaluate
 from fedapp.methods.base import ClientJob
 from fedapp.methods.fedselect import FedSelectClient
 from fedapp.methods.personal import PersonalState

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fedapp.logs import clients_line, meters_line, ranges, short_meter
-from fedapp.progress import RoundLog, duration, time_left
+from fedapp.core.logs import clients_line, meters_line, ranges, short_meter
+from fedapp.server.progress import RoundLog, duration, time_left
 
 ROOT = Path(__file__).resolve().parents[1]
 NONE = "energy-meter=auto: no meter on this device, recording time only (looked for jetson: ...; nvml: ...; rapl: ...)"

@@ -1,5 +1,5 @@
 """No credential reaches a run folder's provenance: command lines are recorded with every
-credential-like value redacted (fedapp.redact), whatever form the argument takes."""
+credential-like value redacted (fedapp.server.redact), whatever form the argument takes."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 
 from fedapp.engine.run_local import full_config
 from fedapp.methods.registry import resolve
-from fedapp.provenance import collect, user_command
-from fedapp.redact import REDACTED, redact_argv
+from fedapp.server.provenance import collect, user_command
+from fedapp.server.redact import REDACTED, redact_argv
 from tests.flwr_harness import flwr_run
 
 SECRET = "s3cr3t-Vx9"

@@ -1,7 +1,7 @@
 """Each reply check alone, on hand-built records and contributions, at its boundaries and with
 its exact message: what a node may send is decided here before anything is decoded or averaged
 (whole-run tests in test_faults.py and test_reply_coverage.py drive the same checks through the
-round loop; these are fast enough to mutation-test fedapp/reply_checks.py)."""
+round loop; these are fast enough to mutation-test fedapp/server/reply_checks.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fedapp.aggregate import Contribution
-from fedapp.reply_checks import (
+from fedapp.core.aggregate import Contribution
+from fedapp.server.reply_checks import (
     MAX_KEY,
     MAX_METRICS,
     MAX_STEP,

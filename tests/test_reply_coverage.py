@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from flwr.app import Array, Message
 
-from fedapp.aggregate import Contribution
-from fedapp.reply_checks import ReplyError, within_task
+from fedapp.core.aggregate import Contribution
+from fedapp.server.reply_checks import ReplyError, within_task
 from tests.test_faults import BAD, Tamper, initial_model, malicious_app, run
 
 

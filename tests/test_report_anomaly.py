@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from fedapp.cli import main
-from fedapp.report_anomaly import most_anomalous
+from fedapp.report.anomaly import most_anomalous
 
 
 def write_run(path: Path, config: dict[str, Any], rows: list[dict[str, Any]]) -> Path:

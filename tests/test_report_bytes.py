@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from fedapp.cli import main
-from fedapp.results import Run
+from fedapp.server.results import Run
 
 
 def test_cumulative_bytes_by_direction() -> None:

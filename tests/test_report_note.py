@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fedapp.report import PERSONAL_NOTE, TABLE_NOTE, report
+from fedapp.report.compare import PERSONAL_NOTE, TABLE_NOTE, report
 from tests.test_report_sections import write_run
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from fedapp.report import group_runs, load_runs, report
-from fedapp.report_plot import LEGEND_CAP, band, legend_labels, metric
+from fedapp.report.compare import group_runs, load_runs, report
+from fedapp.report.plot import LEGEND_CAP, band, legend_labels, metric
 
 
 def write_run(folder: Path, config: dict[str, Any], accs: list[float]) -> Path:
@@ -54,7 +54,7 @@ def test_report_explains_cells_and_records_provenance(tmp_path: Path) -> None:
     for name, lr in (("fast", 0.1), ("slow", 0.01)):
         for s in (0, 1):
             cfg = {"method": "fedavg", "lr": lr, "seed": s, "num-clients": 2, "target-accuracy": 0.8}
-            git = {"commit": "abc1234def5678", "dirty": name == "slow"}  # as fedapp.provenance.collect records it
+            git = {"commit": "abc1234def5678", "dirty": name == "slow"}  # as fedapp.server.provenance.collect records it
             cfg["provenance"] = {"git": git, "packages": {"fedapp": "0.1.0"}, "started": f"2026-01-0{s + 1}"}  # never splits a group
             runs.append(write_run(tmp_path / "grid" / f"{name}-seed{s}", cfg, [0.5, 0.9] if name == "fast" else [0.3, 0.4]))
     md, png = report(runs, tmp_path / "out")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fedapp.report import group_runs, load_runs, report
-from fedapp.report_sections import per_seed_table, warmup_table
+from fedapp.report.compare import group_runs, load_runs, report
+from fedapp.report.sections import per_seed_table, warmup_table
 
 
 def write_run(path: Path, method: str, seed: int, rows: list[dict[str, object]], **config: object) -> Path:

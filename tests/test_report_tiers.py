@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fedapp.report import load_runs, tier_table
+from fedapp.report.compare import load_runs, tier_table
 
 
 def write_run(path: Path, seed: int, rows: list[dict[str, object]]) -> Path:

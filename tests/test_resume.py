@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedapp import checkpoint
-from fedapp.config import ConfigError
+from fedapp.core.config import ConfigError
 from fedapp.engine.run_local import run_local
+from fedapp.server import checkpoint
 from tests.run_rows import outcome_rows as rows
 
 BASE = {"dataset": "digits", "num-clients": 3, "fraction-train": 0.67, "lr": 0.2, "local-steps": 3, "partition": "dirichlet"}

@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 from flwr.app import Context, RecordDict
 
-from fedapp import checkpoint
+from fedapp.core.state import ContextStore, DiskStore
+from fedapp.core.state_rounds import ATTEMPT, PREV, Lineage, RoundStore, stamp
 from fedapp.engine.run_local import run_local
-from fedapp.state import ContextStore, DiskStore
-from fedapp.state_rounds import ATTEMPT, PREV, Lineage, RoundStore, stamp
+from fedapp.server import checkpoint
 from tests.run_rows import outcome_rows
 
 N, ROUNDS, KILL_ROUND, KILL_AT = 5, 4, 3, 3

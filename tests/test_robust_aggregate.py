@@ -1,4 +1,4 @@
-"""Robust masked aggregation (fedapp/robust.py) against hand-computed values on small masked
+"""Robust masked aggregation (fedapp/server/robust.py) against hand-computed values on small masked
 replies, `mean` against masked_mean bit for bit, and the run-config keys that choose a rule."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedapp.aggregate import Contribution, masked_mean
-from fedapp.config import ConfigError, RunConfig, parse
-from fedapp.robust import AGGREGATIONS, aggregate
+from fedapp.core.aggregate import Contribution, masked_mean
+from fedapp.core.config import ConfigError, RunConfig, parse
+from fedapp.server.robust import AGGREGATIONS, aggregate
 from tests.poisoning import run_poisoned
 
 

@@ -1,7 +1,7 @@
 """Robust aggregation and anomaly scores at their edges: zero updates, a zero median, weight-0
 replies, float32 overflow, ties among many contributors, several and 2-D tensors. Each expected
 value is computed by hand or by plain float64 formulas written out here, independent of
-fedapp/robust.py."""
+fedapp/server/robust.py."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import warnings
 import numpy as np
 import pytest
 
-from fedapp.aggregate import Contribution
-from fedapp.robust import aggregate, anomaly, bound_norms, coordinate_wise, dot, trimmed_table
+from fedapp.core.aggregate import Contribution
+from fedapp.server.robust import aggregate, anomaly, bound_norms, coordinate_wise, dot, trimmed_table
 
 
 def dense(weight: float, **tensors: list[float]) -> Contribution:

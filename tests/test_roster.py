@@ -13,12 +13,12 @@ import pytest
 from flwr.app import ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.proto.node_pb2 import NodeInfo  # pylint: disable=no-name-in-module
 
-from fedapp.config import ConfigError
-from fedapp.device import describe, pick
+from fedapp.core.config import ConfigError
+from fedapp.core.device import describe, pick
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
-from fedapp.node_binding import binding_name, bound_partition
-from fedapp.roster import MAX_FACT_CHARS, MAX_FACTS, BadAnswer, Roster, facts_of
+from fedapp.server.node_binding import binding_name, bound_partition
+from fedapp.server.roster import MAX_FACT_CHARS, MAX_FACTS, BadAnswer, Roster, facts_of
 
 
 class CountingGrid(LocalGrid):

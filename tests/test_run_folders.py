@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from fedapp import checkpoint, rundir
 from fedapp.cli import main as fedapp_main
-from fedapp.config import ConfigError
+from fedapp.core.config import ConfigError
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config, run_local
-from fedapp.results import read_config, read_metrics, read_provenance
-from fedapp.server import serve
+from fedapp.server import checkpoint, rundir
+from fedapp.server.loop import serve
+from fedapp.server.results import read_config, read_metrics, read_provenance
 from tests.flwr_harness import ROOT
 from tests.run_rows import outcome_rows as rows
 
@@ -85,7 +85,7 @@ def test_default_run_dirs_are_new_per_run_and_record_provenance(tmp_path: Path, 
 HOLD = """
 import sys, time
 from pathlib import Path
-from fedapp.rundir import RunLock
+from fedapp.server.rundir import RunLock
 RunLock(Path(sys.argv[1])).acquire()
 print("locked", flush=True)
 time.sleep(600)
@@ -207,7 +207,7 @@ def test_a_read_only_folder_is_one_line_naming_key_and_path(shared_tmp: Path) ->
     ro.chmod(0o555)
     as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
     code = (
-        f"import sys; sys.path.insert(0, {str(ROOT)!r}); from pathlib import Path; from fedapp.rundir import RunLock\n"
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); from pathlib import Path; from fedapp.server.rundir import RunLock\n"
         "try:\n    RunLock(Path(sys.argv[1])).acquire()\nexcept Exception as err:\n    sys.exit(f'{type(err).__name__}: {err}')"
     )
     proc = subprocess.run([*as_user, sys.executable, "-c", code, f"{ro}/run"], capture_output=True, text=True, timeout=120)
@@ -240,7 +240,7 @@ def test_relative_run_dirs_land_in_the_superlinks_checkout_or_are_refused(tmp_pa
 
 
 def test_runs_that_differ_only_in_how_they_started_are_one_report_group(tmp_path: Path) -> None:
-    from fedapp.report import group_runs, load_runs
+    from fedapp.report.compare import group_runs, load_runs
 
     config = {"method": "fedavg", "lr": 0.1, "resume": False, "overwrite": False, "discovery-timeout": 120.0}
     starts: list[dict[str, object]] = [

@@ -1,4 +1,4 @@
-"""fedapp.rundir's rules one function at a time (tests/test_run_folders.py runs them inside whole runs):
+"""fedapp.server.rundir's rules one function at a time (tests/test_run_folders.py runs them inside whole runs):
 where a run folder resolves, what is refused and with which words, what overwrite removes, the lock."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fedapp import rundir
-from fedapp.config import ConfigError
+from fedapp.core.config import ConfigError
+from fedapp.server import rundir
 
 
 def test_auto_names_are_utc_time_method_dataset_and_four_hex(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedapp.config import ConfigError
+from fedapp.core.config import ConfigError
 from fedapp.data import check_partition, client_data, dataset_for
 from fedapp.data.partition import shard_partition
 from fedapp.engine.run_local import full_config

@@ -1,7 +1,7 @@
 """`fedapp sim` (the `flwr run` wrapper) and per-checkout SuperLinks: two checkouts simulate
 at once and keep their results apart; a federation smaller than num-clients fails at
 discovery with exit 1 and one line; a bad value exits 2 with one line before anything starts;
-scripts/flwr-env.sh derives the same FLWR_HOME and ports as fedapp.simenv."""
+scripts/flwr-env.sh derives the same FLWR_HOME and ports as fedapp.sim.flower_home."""
 
 from __future__ import annotations
 
@@ -17,17 +17,17 @@ import torch
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from fedapp import rundir
-from fedapp.client_config_errors import config_error_reply
-from fedapp.config import ConfigError
+from fedapp.client.config_errors import config_error_reply
+from fedapp.client.node_query import handle_query
+from fedapp.core.config import ConfigError
 from fedapp.data import dataset_for
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
 from fedapp.methods.registry import resolve
 from fedapp.models import initial_model
-from fedapp.node_query import handle_query
-from fedapp.server import serve
-from fedapp.simenv import checkout_env, ports, superlink_pids
+from fedapp.server import rundir
+from fedapp.server.loop import serve
+from fedapp.sim.flower_home import checkout_env, ports, superlink_pids
 from tests.flwr_harness import copy_checkout, fedapp_sim, shared_checkout, toml_value
 from tests.test_fedpews_run import BASE as PEWS
 from tests.test_fedpews_run import dense_upload

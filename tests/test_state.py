@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flwr.app import Context, RecordDict
 
-from fedapp.state import ContextStore, DiskStore, StateError, StateStore, save_npz_atomic, unkeyed_files
+from fedapp.core.state import ContextStore, DiskStore, StateError, StateStore, save_npz_atomic, unkeyed_files
 from tests.memory_store import MemoryStore
 
 
@@ -72,9 +72,9 @@ def test_memory_store_returns_copies() -> None:
 
 
 def test_resuming_a_run_whose_client_state_an_older_fedapp_wrote_is_refused_before_training(tmp_path: Path) -> None:
-    from fedapp.checkpoint import client_state_dir
-    from fedapp.config import ConfigError
+    from fedapp.core.config import ConfigError
     from fedapp.engine.run_local import run_local
+    from fedapp.server.checkpoint import client_state_dir
 
     run = {"method": "fedselect", "num-clients": 2, "num-server-rounds": 1, "local-steps": 1, "state-store": "disk"}
     out = run_local({**run, "run-dir": str(tmp_path / "r")})

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedapp.masks import model_param_masks, neuron_layout
+from fedapp.core.masks import model_param_masks, neuron_layout
 from fedapp.methods.fedspu import PERSONAL_MODEL
 from fedapp.methods.submodel import extract_submodel, write_back
 from fedapp.methods.tiers import RECORD, random_neurons
@@ -104,6 +104,6 @@ def test_fedspu_on_a_conv_bn_net_freezes_channels_and_uploads_bn_under_the_mask(
 
 
 def test_zero_dimensional_tensors_keep_their_shape_on_the_wire() -> None:
-    from fedapp import wire
+    from fedapp.core import wire
 
     assert wire.from_record(wire.to_record({"n": np.array(3, np.int64)}))["n"].shape == ()

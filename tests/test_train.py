@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedapp.train import TrainSettings, local_train, proximal_term
+from fedapp.core.train import TrainSettings, local_train, proximal_term
 
 
 def tiny() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord
 
-from fedapp import wire
-from fedapp.config import RunConfig
+from fedapp.core import wire
+from fedapp.core.config import RunConfig
 from fedapp.models import build_model
 
 NPY_OVERHEAD = 160  # npy header (128 bytes) + key name, per array entry: bounded overhead

@@ -5,7 +5,7 @@ foreach path on accelerators does the same operations list-wise), in the same or
 SGD  g += wd*p;  buf = g (first step) | buf = momentum*buf + g;  p -= lr*buf
 Adam step += 1;  g += wd*p;  m.lerp_(g, 1-b1);  v = b2*v + (1-b2)*g*g;
      p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
-Gradient masks are applied first (``fedapp.train.masked_step``) and masked entries are
+Gradient masks are applied first (``fedapp.core.train.masked_step``) and masked entries are
 written back after the step, so they keep their exact start values under momentum,
 decay and Adam. ``keep`` (client b's step is real) leaves parameters and optimizer state
 of idle clients untouched. No-op steps only ever trail a client's own steps, so every
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from fedapp.train import TrainSettings, needs_restore
+from fedapp.core.train import TrainSettings, needs_restore
 
 Stacked = dict[str, torch.Tensor]
 

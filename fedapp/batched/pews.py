@@ -27,8 +27,8 @@ from torch.func import functional_call, grad, vmap
 from fedapp.batched.optim import StackedOptimizer
 from fedapp.batched.plan import client_batches, step_grid
 from fedapp.batched.upfront import warmup_draws
-from fedapp.masks import torch_param_masks
-from fedapp.train import TrainStats, masked_distance
+from fedapp.core.masks import torch_param_masks
+from fedapp.core.train import TrainStats, masked_distance
 
 Tensors = dict[str, torch.Tensor]
 

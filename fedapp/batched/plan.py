@@ -1,6 +1,6 @@
 """Minibatch plans of a batch of clients, laid out as one (steps, clients, rows) index grid.
 
-Each client's minibatches are drawn with ``fedapp.train.batches`` from its own generator,
+Each client's minibatches are drawn with ``fedapp.core.train.batches`` from its own generator,
 so they are the ones ``local_train`` would draw. Clients differ in data size, so in the
 grid a short minibatch is padded with weight-0 rows and a client with fewer steps gets
 no-op steps at the end (``active`` False), whose updates the trainer discards. Models
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from fedapp.train import TrainSettings, batches
+from fedapp.core.train import TrainSettings, batches
 
 
 def client_batches(n: int, settings: TrainSettings, gen: torch.Generator) -> list[torch.Tensor]:

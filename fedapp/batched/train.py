@@ -1,7 +1,7 @@
 """``local_train`` for many clients at once: one ``vmap(grad(...))`` per minibatch step
 over stacked per-client weights, buffers, masks and minibatches.
 
-Per client this is ``fedapp.train.local_train``: the minibatches its generator draws,
+Per client this is ``fedapp.core.train.local_train``: the minibatches its generator draws,
 mean cross-entropy over the minibatch's real samples (plus the proximal term, optionally
 masked), torch.optim's SGD/Adam update (``optim.py``), gradient masks with an exact zero
 update for masked entries, parameters with ``requires_grad=False`` left out (the model's
@@ -26,7 +26,7 @@ from torch.func import functional_call, grad, vmap
 from fedapp.batched.optim import Stacked, StackedOptimizer
 from fedapp.batched.plan import StepGrid, chunks, client_batches, step_grid
 from fedapp.batched.upfront import augment_draws, check_augments
-from fedapp.train import Augment, TrainSettings, TrainStats, masked_distance
+from fedapp.core.train import Augment, TrainSettings, TrainStats, masked_distance
 
 Tensors = dict[str, torch.Tensor]
 

@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from fedapp.config import ConfigError, RunConfig
+from fedapp.core.config import ConfigError, RunConfig
 from fedapp.data import catalog, medmnist
 from fedapp.data.dataset import ClientData, Dataset, Normalization
 from fedapp.data.digits import digits

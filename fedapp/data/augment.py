@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from fedapp.train import Augment
+from fedapp.core.train import Augment
 
 AUGMENTS = ("auto", "none", "crop-flip", "flip-rotate-crop")
 

@@ -38,7 +38,7 @@ def cmd_data_list(args: argparse.Namespace) -> int:
 def cmd_data_plot(args: argparse.Namespace) -> int:
     import json
 
-    from fedapp.config import ConfigError, RunConfig, load_toml_config, parse, parse_overrides
+    from fedapp.core.config import ConfigError, RunConfig, load_toml_config, parse, parse_overrides
     from fedapp.data.plot import plot_split
 
     source = Path(args.source)

@@ -17,7 +17,7 @@ import numpy as np
 if TYPE_CHECKING:  # torch is imported where a tensor is made, so `fedapp data` and the CLI start without it
     import torch
 
-    from fedapp.train import Augment
+    from fedapp.core.train import Augment
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedapp.config import ConfigError
+from fedapp.core.config import ConfigError
 
 
 class DataFileError(ConfigError):

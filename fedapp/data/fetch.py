@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedapp.config import ConfigError
+from fedapp.core.config import ConfigError
 from fedapp.data import catalog
 from fedapp.data.errors import DataFileError, describe
 from fedapp.data.source import Source

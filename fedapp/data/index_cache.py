@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedapp.atomic import write_atomic
+from fedapp.core.atomic import write_atomic
 
 Arrays = dict[str, np.ndarray]
 

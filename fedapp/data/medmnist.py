@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fedapp.config import ConfigError
+from fedapp.core.config import ConfigError
 from fedapp.data.errors import BadFile, describe
 from fedapp.data.source import Arrays, Source
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
-from fedapp.config import RunConfig
+from fedapp.core.config import RunConfig
+from fedapp.core.train import Augment
 from fedapp.data import client_data, dataset_for
 from fedapp.data.preprocess import augmentation
-from fedapp.train import Augment
 
 CACHE_BYTES = 1 << 30  # per process and device kind; a Jetson shares this with the GPU
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedapp.config import PARTITION_RE, ConfigError
+from fedapp.core.config import PARTITION_RE, ConfigError
 from fedapp.data.index_cache import cached_indices
 
 FLOWER_KINDS = ("iid", "dirichlet", "pathological")

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from fedapp.config import RunConfig
+from fedapp.core.config import RunConfig
 from fedapp.data import client_indices, dataset_for
 from fedapp.data.flower_datasets import partitioner_module
 

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedapp.config import ConfigError
+from fedapp.core.config import ConfigError
 from fedapp.data.dataset import Dataset, Normalization
 
 if TYPE_CHECKING:
     import torch
 
-    from fedapp.train import Augment
+    from fedapp.core.train import Augment
 
 FIXED: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "none": ((0.0,), (1.0,)),

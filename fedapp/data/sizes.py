@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from fedapp.config import RunConfig
+from fedapp.core.config import RunConfig
 from fedapp.data import client_indices, shard_split
 from fedapp.data.partition import local_split
 

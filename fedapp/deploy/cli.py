@@ -42,7 +42,7 @@ def cmd_connection(args: argparse.Namespace) -> int:
 
 
 def cmd_register(args: argparse.Namespace) -> int:
-    """``PARTITION=KEY.pub`` binds the key to that partition (its registered name, fedapp.node_binding).
+    """``PARTITION=KEY.pub`` binds the key to that partition (its registered name, fedapp.server.node_binding).
     Idempotent: a key the SuperLink already holds counts as registered (compose re-runs this)."""
     from fedapp.deploy.commands import register_argv, registration
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from fedapp.deploy import DeployError
 from fedapp.deploy.files import check_private
-from fedapp.node_binding import binding_name
+from fedapp.server.node_binding import binding_name
 
 NODE_KEYS = (
     "partition-id", "num-partitions", "data-root", "state-dir", "tier", "device-name", "device", "energy-sysfs-root", "energy-tegrastats",
@@ -104,7 +104,7 @@ def supernode_argv(
 
 def registration(arg: str) -> tuple[str, str]:
     """``KEY.pub`` or ``PARTITION=KEY.pub`` -> (key path, registered name): the key file's name,
-    with the partition binding appended where one is given (fedapp.node_binding)."""
+    with the partition binding appended where one is given (fedapp.server.node_binding)."""
     part, sep, path = arg.partition("=")
     if not sep or Path(arg).is_file():
         return arg, Path(arg).name.removesuffix(".pub")

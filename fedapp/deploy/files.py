@@ -12,7 +12,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from fedapp.atomic import write_atomic
+from fedapp.core.atomic import write_atomic
 from fedapp.deploy import DeployError
 
 PRIVATE = 0o600

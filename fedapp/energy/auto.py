@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fedapp.config import ConfigError, RunConfig
+from fedapp.core.config import ConfigError, RunConfig
 from fedapp.energy.base import MeterUnavailable, Sensor, split_rails
 from fedapp.energy.jetson import JetsonRails
 from fedapp.energy.node_settings import node_setting
@@ -127,7 +127,7 @@ def process_sampler(s: MeterSettings) -> tuple[Sampler | None, str]:
         if s not in _samplers:
             sensors, text = open_sensors(s)
             _samplers[s] = (Sampler(sensors, s.interval) if sensors else None, text)
-            log.debug("%s", text)  # the server prints one line for all clients (fedapp.logs.meters_line)
+            log.debug("%s", text)  # the server prints one line for all clients (fedapp.core.logs.meters_line)
         return _samplers[s]
 
 

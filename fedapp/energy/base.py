@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedapp.config import ConfigError
+from fedapp.core.config import ConfigError
 
 
 class MeterUnavailable(ConfigError):

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from fedapp.config import ConfigError
+from fedapp.core.config import ConfigError
 from fedapp.energy.base import integrate
-from fedapp.results import read_metrics
+from fedapp.server.results import read_metrics
 
 TIME_RE = re.compile(r"time|date|^ts$|epoch", re.I)
 WATT_RE = re.compile(r"watt|power|^w$|^p$", re.I)

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from fedapp.config import ConfigError
+from fedapp.core.config import ConfigError
 
 NODE_SETTINGS = {  # node-config key: (environment variable, default)
     "energy-sysfs-root": ("FEDAPP_ENERGY_SYSFS_ROOT", "/sys"),

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from flwr.app import ConfigRecord, RecordDict
 
-from fedapp.config import RunConfig
+from fedapp.core.config import RunConfig
 from fedapp.energy.auto import MeterSettings, process_sampler
 from fedapp.energy.sampler import Mark, Sampler, Window, timed
 

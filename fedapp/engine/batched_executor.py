@@ -46,9 +46,9 @@ from torch import nn
 
 from fedapp.batched.pews import WarmupWork, train_warmups, warmup_key
 from fedapp.batched.train import ClientOutcome, ClientWork, train_clients, unbatchable
+from fedapp.core.train import Augment, ProximalTerm, TrainSettings, TrainStats, local_train, use_trainer
 from fedapp.engine.client_batch_size import AutoSize, auto_size
 from fedapp.methods.pews_train import use_warmup_runner
-from fedapp.train import Augment, ProximalTerm, TrainSettings, TrainStats, local_train, use_trainer
 
 log = logging.getLogger("flwr")
 
@@ -151,7 +151,7 @@ class Lane:
         self._thread.start()
 
     def _loop(self) -> None:
-        from fedapp.client_cache import drop_thread_models
+        from fedapp.client.cache import drop_thread_models
 
         use_trainer(self.fit)
         use_warmup_runner(self.warmup)

@@ -37,8 +37,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedapp.masks import neuron_layout
-from fedapp.train import TrainSettings, needs_restore
+from fedapp.core.masks import neuron_layout
+from fedapp.core.train import TrainSettings, needs_restore
 
 CPU_DEFAULT = 8
 CPU_MIN_CLIENTS = 8
@@ -72,9 +72,9 @@ class AutoSize:
 def auto_size(raw: Mapping[str, Any], node_config: Mapping[str, Any] | None = None) -> AutoSize:
     """``auto`` for run-config ``raw`` on the device its clients train on: ``node_config``'s
     ``device`` where it names one, else the run-config's."""
-    from fedapp.client_cache import resolve_once
+    from fedapp.client.cache import resolve_once
+    from fedapp.core.device import node_device
     from fedapp.data import client_data, dataset_for
-    from fedapp.device import node_device
     from fedapp.models import build_model
 
     cfg = resolve_once(raw)[0]

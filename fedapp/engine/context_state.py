@@ -6,7 +6,7 @@ on resume; both use the run folder's client-state folder in the disk store's fil
 (``client-<p>.npz``, ``client-<p>.prev.npz``), so the files read like a disk-store run's. Only
 slots that changed since the last save are written (a current file that became the previous
 version is renamed), ``prev`` slots before current ones, and synced together at the end: a kill
-in the middle leaves each client's previous version on disk (fedapp.state_rounds).
+in the middle leaves each client's previous version on disk (fedapp.core.state_rounds).
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from typing import Any
 
 from flwr.app import ArrayRecord, Context
 
-from fedapp.atomic import sync_files
-from fedapp.state import ContextStore, DiskStore, save_npz_atomic
-from fedapp.state_rounds import PREV
-from fedapp.wire import from_record
+from fedapp.core.atomic import sync_files
+from fedapp.core.state import ContextStore, DiskStore, save_npz_atomic
+from fedapp.core.state_rounds import PREV
+from fedapp.core.wire import from_record
 
 SLOTS = ("", PREV)
 
 
 def uses_context(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> bool:
-    """Whether a node keeps client state in its Context (fedapp.client.state_store's rule)."""
+    """Whether a node keeps client state in its Context (fedapp.client.handlers.state_store's rule)."""
     kind = str(run_config.get("state-store", "auto"))
     return kind == "context" or (kind == "auto" and not node_config.get("state-dir"))
 

@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedapp.config import PARTITION_RE, RunConfig, defaults_of
+from fedapp.core.config import PARTITION_RE, RunConfig, defaults_of
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.methods.registry import all_param_classes, resolve
-from fedapp.progress import round_bar
-from fedapp.server import serve
+from fedapp.server.loop import serve
+from fedapp.server.progress import round_bar
 
 DEFAULT_NODES = 2  # flwr's default num-supernodes since 1.32
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fedapp.masks import LayerGroup
+from fedapp.core.masks import LayerGroup
 from fedapp.methods.layer_schedule import FULL
 
 

@@ -4,7 +4,7 @@ A method is a server policy (which clients train, what each one is sent, how
 replies are weighted, what is remembered between rounds) and a client policy (what
 trains, what is uploaded, what extra loss, what state persists), registered as a
 ``Method`` (fedapp.methods.registry). Neither touches wire encoding, Flower plumbing or data
-loading (strategy.py and client.py do); the metrics a server policy returns from
+loading (server/strategy.py and client/handlers.py do); the metrics a server policy returns from
 ``after_round`` are its own namespace in metrics.jsonl and may not reuse a core key.
 """
 
@@ -19,13 +19,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedapp.aggregate import Contribution
-from fedapp.config import RunConfig
+from fedapp.core.aggregate import Contribution
+from fedapp.core.config import RunConfig
+from fedapp.core.state import StateStore
+from fedapp.core.state_rounds import Schema
+from fedapp.core.train import ExtraLoss, TrainSettings, TrainStats, proximal_term, trainer
 from fedapp.data import ClientData
 from fedapp.data.on_device import ClientTensors
-from fedapp.state import StateStore
-from fedapp.state_rounds import Schema
-from fedapp.train import ExtraLoss, TrainSettings, TrainStats, proximal_term, trainer
 
 Scalar = bool | int | float | str
 CPU = torch.device("cpu")
@@ -67,7 +67,7 @@ class ClientJob:
     data: ClientData | ClientTensors  # host arrays, or tensors already on ``device``
     store: StateStore
     gen: torch.Generator  # CPU generator of every random draw (shuffling, masks, augmentation)
-    device: torch.device = CPU  # chosen once per process (fedapp.device); never picked here
+    device: torch.device = CPU  # chosen once per process (fedapp.core.device); never picked here
 
     def tensors(self, split: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
         x, y = (self.data.x_train, self.data.y_train) if split == "train" else (self.data.x_test, self.data.y_test)
@@ -221,7 +221,7 @@ class ClientPolicy:
 
     def state_schema(self, model: nn.Module, initial: Mapping[str, np.ndarray]) -> Schema:
         """Per state key the arrays (name -> shape, dtype) this method's records must hold: a stored
-        record that differs is refused before use (fedapp.state_rounds); undeclared records are
+        record that differs is refused before use (fedapp.core.state_rounds); undeclared records are
         checked for finiteness only. FedAvg keeps no state."""
         return {}
 
@@ -229,7 +229,7 @@ class ClientPolicy:
 def local_test_scores(model: nn.Module, job: ClientJob) -> dict[str, float]:
     """Accuracy and loss of ``model`` on the client's local test split. On an empty split only
     ``num-examples`` (0): a metric over zero samples is never reported as a number."""
-    from fedapp.evaluate import evaluate
+    from fedapp.core.evaluate import evaluate
 
     x, y = job.tensors("test")
     if x.shape[0] == 0:

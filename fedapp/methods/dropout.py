@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedapp.core.train import local_train
 from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, settings_of, train_metrics
 from fedapp.methods.submodel import extract_submodel, write_back
 from fedapp.methods.tier_client import active_masks, es_metrics, job_neurons
 from fedapp.methods.tiers import TierParams
-from fedapp.train import local_train
 
 
 class SubModelClient(ClientPolicy):

@@ -10,13 +10,13 @@ from collections.abc import Mapping
 import numpy as np
 from torch import nn
 
-from fedapp.device import host_arrays, load_host_arrays
-from fedapp.masks import neuron_layout
+from fedapp.core.device import host_arrays, load_host_arrays
+from fedapp.core.masks import neuron_layout
+from fedapp.core.state_rounds import Schema
 from fedapp.methods.base import ClientJob, Method, local_test_scores, shaped_like
 from fedapp.methods.dropout import SubModelClient
 from fedapp.methods.submodel import extract_submodel
 from fedapp.methods.tiers import TieredServer, TierParams
-from fedapp.state_rounds import Schema
 
 MODEL, NEURONS = "model", "neurons"  # state keys: the model after training, the neurons it kept
 

@@ -22,10 +22,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedapp.config import MAX_ROUNDS, ConfigError, RunConfig, integer_in, key, one_of
+from fedapp.core.config import MAX_ROUNDS, ConfigError, RunConfig, integer_in, key, one_of
+from fedapp.core.device import host_arrays, load_host_arrays
+from fedapp.core.masks import LayerGroup, layer_groups
+from fedapp.core.state_rounds import Schema
 from fedapp.data import dataset_for
-from fedapp.device import host_arrays, load_host_arrays
-from fedapp.masks import LayerGroup, layer_groups
 from fedapp.methods.accounting import group_macs, group_sizes, round_macs, round_params
 from fedapp.methods.base import (
     ClientJob,
@@ -41,7 +42,6 @@ from fedapp.methods.base import (
 )
 from fedapp.methods.layer_schedule import FULL, ORDERS, schedule, schedule_length
 from fedapp.models import build_model
-from fedapp.state_rounds import Schema
 
 log = logging.getLogger("flwr")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from torch import nn
 
-from fedapp.masks import layer_groups
+from fedapp.core.masks import layer_groups
 from fedapp.methods.base import Method
 from fedapp.methods.personal import Masks, PersonalClient, PersonalServer, eligible
 

@@ -29,8 +29,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedapp.config import MAX_LR, RunConfig, key, number_in, one_of, unit_interval
-from fedapp.masks import NeuronLayout, model_param_masks, neuron_layout
+from fedapp.core.config import MAX_LR, RunConfig, key, number_in, one_of, unit_interval
+from fedapp.core.masks import NeuronLayout, model_param_masks, neuron_layout
+from fedapp.core.state_rounds import Schema
+from fedapp.core.train import bernoulli
 from fedapp.methods.base import (
     ClientJob,
     ClientPolicy,
@@ -45,9 +47,7 @@ from fedapp.methods.base import (
 )
 from fedapp.methods.metric_names import WARMUP
 from fedapp.methods.pews_train import WarmupLoop, masks_to_records, records_to_masks
-from fedapp.reply_checks import ReplyError
-from fedapp.state_rounds import Schema
-from fedapp.train import bernoulli
+from fedapp.server.reply_checks import ReplyError
 
 log = logging.getLogger("flwr")
 

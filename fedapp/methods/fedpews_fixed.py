@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedapp.config import RunConfig
-from fedapp.masks import NeuronLayout, model_param_masks, neuron_layout
+from fedapp.core.config import RunConfig
+from fedapp.core.masks import NeuronLayout, model_param_masks, neuron_layout
 from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, NodeTask, RecordSpec, Reply, train_metrics
 from fedapp.methods.fedpews import PeWSServer, WarmupParams, mask_stats
 from fedapp.methods.metric_names import WARMUP

@@ -26,10 +26,10 @@ import math
 import numpy as np
 import torch
 
-from fedapp.config import MAX_EPOCHS, MAX_ROUNDS, fraction, integer_in, key, one_of, unit_interval
+from fedapp.core.config import MAX_EPOCHS, MAX_ROUNDS, fraction, integer_in, key, one_of, unit_interval
+from fedapp.core.train import TrainStats, trainer
 from fedapp.methods.base import ClientJob, Method, settings_of
 from fedapp.methods.personal import Masks, PersonalClient, PersonalServer
-from fedapp.train import TrainStats, trainer
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,11 +16,11 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from fedapp.device import host_arrays, load_host_arrays
+from fedapp.core.device import host_arrays, load_host_arrays
+from fedapp.core.state_rounds import Schema
 from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, local_test_scores, shaped_like, train_metrics
 from fedapp.methods.tier_client import active_masks, es_metrics, job_neurons
 from fedapp.methods.tiers import TieredServer, TierParams
-from fedapp.state_rounds import Schema
 
 PERSONAL_MODEL = "personal-model"  # state key: the client's whole trained model (its personal model)
 

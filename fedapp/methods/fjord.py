@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedapp.masks import neuron_layout
+from fedapp.core.masks import neuron_layout
 from fedapp.methods.base import ClientJob, Method, local_test_scores
 from fedapp.methods.dropout import SubModelClient
 from fedapp.methods.submodel import extract_submodel

@@ -26,11 +26,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedapp import wire
-from fedapp.device import host_arrays, load_host_arrays
+from fedapp.core import wire
+from fedapp.core.device import host_arrays, load_host_arrays
+from fedapp.core.state_rounds import Schema
+from fedapp.core.train import TrainStats
 from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, NodeTask, Reply, ServerPolicy, local_test_scores, train_metrics
-from fedapp.state_rounds import Schema
-from fedapp.train import TrainStats
 
 log = logging.getLogger("flwr")
 

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from fedapp.masks import NeuronLayout, torch_param_masks
-from fedapp.train import (
+from fedapp.core.masks import NeuronLayout, torch_param_masks
+from fedapp.core.train import (
     TrainSettings,
     TrainStats,
     batches_on,

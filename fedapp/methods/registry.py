@@ -9,7 +9,8 @@ import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from fedapp.config import AUTO_LOCAL_TEST, PERSONAL_LOCAL_TEST, ConfigError, RunConfig, check_known, fields_of, parse
+from fedapp.core.config import AUTO_LOCAL_TEST, PERSONAL_LOCAL_TEST, ConfigError, RunConfig, check_known, fields_of, parse
+from fedapp.models.registry import check_model
 
 if TYPE_CHECKING:  # importing base would load torch: resolving a config stays light
     from fedapp.methods.base import Method
@@ -57,6 +58,7 @@ def resolve(raw: Mapping[str, Any]) -> tuple[RunConfig, Method, Any]:
     """Validate a flat run-config: base keys, the method's keys, no unknown keys."""
     check_known(raw, known_keys())
     cfg = parse(RunConfig, raw)
+    check_model(cfg.model)
     method = get_method(cfg.method)
     params = parse(method.params, raw) if method.params is not None else None
     return with_local_test_default(cfg, method), method, params

@@ -6,7 +6,7 @@ dropped neurons are *absent*. Zeroing them in the full model gives the same math
 but the full compute; cutting them out makes local training cost shrink with the
 kept fraction. The sub-model keeps the module names of the full one, so its
 state-dict keys match and ``full[key][mask] <-> sub[key]`` (C order; the masks are
-the outer-product masks of :func:`fedapp.masks.model_param_masks`).
+the outer-product masks of :func:`fedapp.core.masks.model_param_masks`).
 
 Frozen-neuron methods (FedSPU) cannot use this: frozen neurons take part in the
 forward pass with their personal values.
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedapp.masks import model_param_masks, neuron_layout
+from fedapp.core.masks import model_param_masks, neuron_layout
 
 
 def _smaller(mod: nn.Module, rows: np.ndarray, cols: np.ndarray) -> nn.Module:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedapp.masks import model_param_masks, neuron_layout
+from fedapp.core.masks import model_param_masks, neuron_layout
 from fedapp.methods.base import ClientJob, local_test_scores
 from fedapp.methods.tiers import RECORD, TierParams, random_neurons
 

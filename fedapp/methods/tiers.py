@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedapp.config import ConfigError, RunConfig, float_list, key, one_of, unit_interval
-from fedapp.masks import model_param_masks, neuron_layout
+from fedapp.core.config import ConfigError, RunConfig, float_list, key, one_of, unit_interval
+from fedapp.core.masks import model_param_masks, neuron_layout
 from fedapp.methods.base import NodeTask, Reply, Scalar, ServerPolicy
 from fedapp.methods.early_stop import EarlyStopping
 from fedapp.methods.metric_names import CLIENT_ACTIVE_FRACTION, ES_ROUND_CODE

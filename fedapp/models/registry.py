@@ -11,10 +11,12 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from fedapp.core.config import ConfigError
+
 if TYPE_CHECKING:
     from torch import nn
 
-    from fedapp.config import RunConfig
+    from fedapp.core.config import RunConfig
 
 Builder = Callable[["RunConfig", tuple[int, ...], int], "nn.Module"]
 MODELS: dict[str, Builder] = {}
@@ -28,6 +30,14 @@ def register_model(name: str) -> Callable[[Builder], Builder]:
         return builder
 
     return register
+
+
+def check_model(name: str) -> None:
+    """The run-config's ``model`` names a registered model. The config module does not import
+    this registry (the registry's ``initial_model`` reads the data, which reads the config), so
+    the name is checked here, where a config is resolved (``methods.registry.resolve``)."""
+    if name not in MODELS:
+        raise ConfigError(f"run-config key 'model' = {name!r} is not allowed: expected one of {', '.join(MODELS)}")
 
 
 def build_model(cfg: RunConfig, in_shape: tuple[int, ...], num_classes: int, seed: int | None = None) -> nn.Module:

@@ -1,0 +1,123 @@
+"""Client side of every method: decode the message, run the method's client policy,
+encode the reply. The ClientApp in client_app.py is a thin shell around this.
+
+Per message only the message's own work: the run-config, the model and a shared global
+record come from the process's caches (fedapp.client.cache), the client's data from
+fedapp.data.on_device, already on the process's device (fedapp.core.device).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import Context, Message, MetricRecord, RecordDict
+
+from fedapp.client.cache import ProcessModel, global_arrays, process_model, resolve_once
+from fedapp.core import wire
+from fedapp.core.aggregate import is_averaged
+from fedapp.core.config import RunConfig
+from fedapp.core.device import host_arrays, load_host_arrays, node_device
+from fedapp.core.runtime import configure_determinism, configure_threads
+from fedapp.core.state import ContextStore, DiskStore, token_folder
+from fedapp.core.state_rounds import Lineage, RoundStore
+from fedapp.data import dataset_for
+from fedapp.data.on_device import client_tensors
+from fedapp.energy.phases import client_meter, phase, phase_metrics
+from fedapp.methods.base import ClientJob, ClientPolicy
+from fedapp.server.rundir import CLIENT_STATE
+
+
+def state_store(cfg: RunConfig, context: Context, run_token: str = "") -> ContextStore | DiskStore:
+    """Context.state, or a folder per run on disk: under the node's ``state-dir`` (survives a
+    SuperNode restart or a reboot) or the run folder. The server's run token names the folder,
+    so a resumed run finds its clients' state and a fresh run in the same run-dir starts clean."""
+    node_dir = str(context.node_config.get("state-dir", "") or "")
+    kind = cfg.state_store if cfg.state_store != "auto" else ("disk" if node_dir else "context")
+    if kind == "context":
+        return ContextStore(context)
+    root = Path(node_dir) if node_dir else Path(cfg.run_dir) / CLIENT_STATE
+    return DiskStore(token_folder(root, run_token) if run_token else root)
+
+
+def node_local(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
+    """A node's own ``data-root`` wins over the run-config's: each device knows where its data lives.
+    ``num-clients = 0`` is the federation's size, the node's ``num-partitions`` (the server checked
+    at discovery that every node reports the same)."""
+    root = node_config.get("data-root")
+    cfg = dataclasses.replace(cfg, data_root=str(root)) if root else cfg
+    if not cfg.num_clients and "num-partitions" in node_config:
+        cfg = dataclasses.replace(cfg, num_clients=int(node_config["num-partitions"]))
+    return cfg
+
+
+def load_global(pm: ProcessModel, content: RecordDict) -> dict[str, np.ndarray]:
+    """Set the process's model to w0 with the received global entries written in (every
+    entry is overwritten, so nothing of an earlier message survives); return masks of what
+    was received."""
+    current = pm.initial
+    if "arrays-mask" in content.array_records:
+        got = wire.decode(content["arrays"], content["arrays-mask"], current, 1.0)  # type: ignore[arg-type]
+        values = wire.scatter(got, current)
+        received = wire.dense_masks(got, current)
+    else:
+        values = global_arrays(content["arrays"])  # type: ignore[arg-type]
+        missing = set(current) - set(values)
+        if missing:
+            raise ValueError(f"global arrays lack {sorted(missing)}")
+        received = pm.everything
+    load_host_arrays(pm.model, values)
+    return received
+
+
+def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
+    cfg, method, params = resolve_once(context.run_config)
+    cfg = node_local(cfg, context.node_config)
+    configure_threads(cfg.num_threads)
+    configure_determinism(cfg.deterministic)
+    device = node_device(cfg, context.node_config)
+    config = dict(msg.content["config"])  # type: ignore[arg-type]
+    if config.get("run-dir"):  # the folder the server resolved (a default run-dir is named there)
+        cfg = dataclasses.replace(cfg, run_dir=str(config["run-dir"]))
+    pid = int(config.get("partition-id", context.node_config["partition-id"]))  # type: ignore[arg-type]
+    server_round = int(config.get("server-round", 0))  # type: ignore[arg-type]
+    ds = dataset_for(cfg)
+    pm = process_model(cfg, ds, device)
+    received = load_global(pm, msg.content)
+    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + server_round * 10_007 + pid)
+    records = {n: wire.from_record(r) for n, r in msg.content.array_records.items() if n not in wire.RESERVED}
+    policy = method.client(cfg, params)
+    lineage = Lineage.parse(str(config.get("state-lineage", "")))
+    slots = state_store(cfg, context, str(config.get("run-token", "")))
+    store = RoundStore(slots, server_round, lineage, policy.state_schema(pm.model, pm.initial))
+    data = client_tensors(cfg, pid, device)
+    job = ClientJob(cfg, params, pid, server_round, config, records, pm.model, pm.initial, received, data, store, gen, device)  # type: ignore[arg-type]
+    return job, policy
+
+
+def handle_train(msg: Message, context: Context) -> Message:
+    job, policy = make_job(msg, context)
+    meter = client_meter(job.cfg, context.node_config, job.device)
+    with phase(meter) as window:
+        result = policy.train(job)
+    state = host_arrays(job.model.state_dict())
+    upload = {k: v for k, v in state.items() if is_averaged(v) and (result.upload is None or k in result.upload)}
+    values, mask = wire.encode(upload, result.masks)
+    metrics = {**result.metrics, "partition-id": job.pid, **phase_metrics("train", window, meter, job.pid, context.state)}
+    content = RecordDict({"values": values, "mask": mask, "metrics": MetricRecord({k: float(v) for k, v in metrics.items()})})
+    for name, record in result.records.items():
+        content[name] = wire.to_record(record)
+    return Message(content, reply_to=msg)
+
+
+def handle_evaluate(msg: Message, context: Context) -> Message:
+    job, policy = make_job(msg, context)
+    meter = client_meter(job.cfg, context.node_config, job.device)
+    with phase(meter) as window:
+        metrics = policy.evaluate(job)
+    metrics = {**metrics, "partition-id": job.pid, **phase_metrics("eval", window, meter, job.pid, context.state)}
+    return Message(RecordDict({"metrics": MetricRecord({k: float(v) for k, v in metrics.items()})}), reply_to=msg)

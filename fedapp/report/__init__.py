@@ -1,0 +1,1 @@
+"""`fedapp report`: comparison tables, plots, provenance and optional sections from run folders."""

@@ -1,0 +1,304 @@
+"""MaskedStrategy: a Flower Strategy with per-node messages and masked averaging.
+
+Stock FedAvg sends one RecordDict to everyone and requires identical keys in every
+reply (../shared/specs/flower-1.41.md §2.2). Here each node gets its own message
+(config + extra records from the method's server policy), replies may carry any
+subset of tensors with packed masks, and a bad or failed reply is logged, counted
+in ``failures`` and never aggregated. Replies are checked, not trusted
+(reply_checks.py): whatever goes wrong while handling one node's reply, a check or an
+exception, is that node's failure with its reason in ``failure_reasons``, and the run
+goes on. An aggregate that is not finite is not installed: the round keeps the previous
+model and its row says ``aggregate_rejected``.
+
+``aggregate_train`` and ``aggregate_evaluate`` return everything they aggregated (a
+``RoundResult``, an ``EvalResult``; each unpacks like Flower's own return pair), so the round
+loop (loop.py) reads results, never the strategy's attributes.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
+
+from fedapp.core import wire
+from fedapp.core.config import RunConfig
+from fedapp.data.sizes import split_sizes
+from fedapp.methods.base import NodeTask, Reply, ServerPolicy
+from fedapp.server import reply_checks as checks
+from fedapp.server import robust
+
+log = logging.getLogger("flwr")
+
+
+@dataclass
+class RoundStats:
+    """What one round cost and how it went (becomes part of the metrics row)."""
+
+    sent: int = 0
+    clients: int = 0
+    failures: int = 0
+    bytes_up: int = 0
+    bytes_up_eval: int = 0
+    bytes_down: int = 0
+    coverage: float = 0.0
+    reasons: list[str] = field(default_factory=list)
+    failed_pids: list[int] = field(default_factory=list)
+    client_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+    anomaly: dict[int, dict[str, Any]] = field(default_factory=dict)  # per partition: fedapp.server.robust.anomaly's score
+
+    def row(self, more_reasons: Iterable[str] = ()) -> dict[str, Any]:
+        """The row's core round keys; ``more_reasons`` (the evaluation's) follow this round's own."""
+        reasons = [*self.reasons, *more_reasons]
+        row = {
+            "clients": self.clients, "failures": self.failures, "bytes_up": self.bytes_up,
+            "bytes_up_eval": self.bytes_up_eval, "bytes_down": self.bytes_down, "coverage": self.coverage,
+            "failed_pids": self.failed_pids, "failure_reasons": [r[:300] for r in reasons],
+        }  # fmt: skip
+        if self.anomaly:
+            row["anomaly"] = {str(pid): score for pid, score in sorted(self.anomaly.items())}
+        return row
+
+
+@dataclass
+class RoundResult:
+    """What ``aggregate_train`` aggregated: the new global arrays (None: the model stays), Flower's
+    train MetricRecord, the round's stats (failures, coverage, bytes, per-client reply metrics),
+    whether a non-finite aggregate was rejected, and the method's own metrics (its namespace)."""
+
+    arrays: ArrayRecord | None
+    metrics: MetricRecord
+    stats: RoundStats
+    rejected: bool = False
+    method_metrics: dict[str, Any] = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[Any]:
+        """Unpacks as Flower's ``(arrays, metrics)`` pair (Strategy.start reads it that way)."""
+        return iter((self.arrays, self.metrics))
+
+
+@dataclass
+class EvalResult:
+    """What ``aggregate_evaluate`` aggregated: Flower's evaluate MetricRecord (None: no accuracy),
+    the row's evaluation keys, each partition's reply metrics, and why replies were dropped."""
+
+    metrics: MetricRecord | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+    client_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+
+
+def record_bytes(content: RecordDict, only: Iterable[str] | None = None, skip: Iterable[str] = ()) -> int:
+    """Bytes of a message's ArrayRecords (``only`` those names, if given; never ``skip``)."""
+    wanted = None if only is None else set(only)
+    return sum(rec.count_bytes() for n, rec in content.array_records.items() if (wanted is None or n in wanted) and n not in skip)
+
+
+class MaskedStrategy(Strategy):
+    def __init__(self, cfg: RunConfig, policy: ServerPolicy, nodes: dict[int, int]):
+        """``nodes`` maps partition id -> Flower node id (from discovery)."""
+        self.cfg, self.policy, self.nodes = cfg, policy, dict(nodes)
+        self.rng = random.Random(cfg.seed)
+        self.sent_pids: list[int] = []
+        self.global_np: dict[str, np.ndarray] = {}
+        self.stats = RoundStats()  # this round's, filled from configure_train to aggregate_train
+        self.sent_nodes: dict[int, int] = {}  # partition id -> node its train task went to this round
+        self.tasks: dict[int, NodeTask] = {}  # partition id -> its train task this round (what its reply may cover)
+        self.eval_nodes: dict[int, int] = {}  # partition id -> node its evaluate task went to this round
+        self.scale: dict[str, float] = {}  # per float tensor: the unit of the step bound (reply_checks.scales)
+        self.limits: tuple[dict[str, int], dict[str, int]] = ({}, {})  # most data bytes per values / mask array
+        self.sizes = split_sizes(cfg)  # per partition: local train and test samples (deterministic split)
+
+    # -- training -------------------------------------------------------------------
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        self.global_np = wire.from_record(arrays)
+        if not self.scale:  # the initial model's (server.rounds sets it, also on resume): never raised by an aggregate
+            self.scale = checks.scales(self.global_np)
+        self.limits = wire.byte_limits(self.global_np)
+        chosen = self.policy.select(server_round, sorted(self.nodes), self.rng)
+        self.stats = RoundStats()
+        self.sent_pids = list(chosen)
+        self.sent_nodes = {pid: self.nodes[pid] for pid in chosen}
+        self.tasks = {}
+        messages = []
+        for pid in chosen:
+            task = self.tasks[pid] = self.policy.node_task(server_round, pid)
+            content = RecordDict()
+            if task.download_masks is None:
+                content["arrays"] = arrays
+            else:
+                content["arrays"], content["arrays-mask"] = wire.encode(self.global_np, task.download_masks)
+            for name, record in task.records.items():
+                if name in wire.RESERVED:
+                    raise ValueError(f"method record name {name!r} clashes with a reserved record")
+                content[name] = wire.to_record(record)
+            content["config"] = ConfigRecord({**dict(config), **task.config, "server-round": server_round, "partition-id": pid})
+            self.stats.bytes_down += record_bytes(content)
+            messages.append(self._message(content, pid, MessageType.TRAIN, server_round))
+        self.stats.sent = len(messages)
+        return messages
+
+    def _message(self, content: RecordDict, pid: int, message_type: str, server_round: int) -> Message:
+        """A message that expires with the round: a node that reconnects late never trains on a stale round."""
+        node = self.nodes[pid]
+        return Message(content, dst_node_id=node, message_type=message_type, group_id=str(server_round), ttl=self.cfg.round_timeout)
+
+    def decode(self, msg: Message, server_round: int) -> tuple[Reply, float]:
+        """Check a train reply against its task (reply_checks.py), then decode it; raises on anything
+        wrong. Returns the reply and its step (``reply_checks.reply_step``)."""
+        content = msg.content
+        metrics = checks.metrics_of(content)
+        pid = checks.partition_of(metrics, msg.metadata.src_node_id, self.sent_nodes)
+        specs = self.policy.reply_records(server_round, pid)
+        checks.record_types(
+            content, {"values": ArrayRecord, "mask": ArrayRecord, "metrics": MetricRecord, **dict.fromkeys(specs, ArrayRecord)}
+        )
+        if "values" not in content:
+            raise checks.ReplyError("no 'values' ArrayRecord")
+        checks.sample_count(metrics, self.sizes[pid].train)
+        checks.check_arrays(content.array_records["values"], self.limits[0], "values")
+        mask = content.array_records.get("mask")
+        if mask is not None:
+            checks.check_arrays(mask, self.limits[1], "mask")
+        contribution = wire.decode(content.array_records["values"], mask, self.global_np, self.policy.weight(metrics))
+        checks.within_task(contribution, self.policy.upload_allowed(server_round, pid, self.tasks[pid]))
+        step = checks.reply_step(contribution, self.global_np, self.scale)
+        records = {n: checks.decode_record(content.array_records[n], spec, n) for n, spec in specs.items() if n in content}
+        self.policy.check_records(server_round, pid, records)
+        return Reply(pid, contribution, metrics, records), step
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> RoundResult:  # type: ignore[override]
+        """Decode, check and average the replies; a RoundResult unpacks as Flower's (arrays, metrics)."""
+        decoded: list[tuple[Message, Reply]] = []
+        steps: list[float] = []
+        received = 0
+        stats = self.stats
+        for msg in replies:
+            received += 1
+            if msg.has_error():
+                self._fail(f"node {msg.metadata.src_node_id}: {msg.error.reason}")
+                continue
+            try:
+                reply, step = self.decode(msg, server_round)
+            except Exception as err:  # anything wrong with one node's reply is that node's failure
+                self._fail(f"node {msg.metadata.src_node_id}: bad reply dropped ({describe(err)})")
+                continue
+            decoded.append((msg, reply))
+            steps.append(step)
+        outliers = checks.step_outliers(steps)
+        ok: list[Reply] = []
+        for i, (msg, reply) in enumerate(decoded):
+            if i in outliers:
+                self._fail(f"node {msg.metadata.src_node_id}: bad reply dropped (step outlier: {outliers[i]})")
+                continue
+            stats.bytes_up += record_bytes(msg.content, skip=self.policy.eval_records)
+            stats.bytes_up_eval += record_bytes(msg.content, only=self.policy.eval_records)
+            stats.client_metrics[reply.pid] = reply.metrics
+            ok.append(reply)
+        for _ in range(stats.sent - received):
+            self._fail("no reply before round-timeout")
+        stats.failed_pids = sorted(set(self.sent_pids) - {r.pid for r in ok})
+        stats.clients = len(ok)
+        counted = MetricRecord({"clients": len(ok)})
+        if len(ok) < self.cfg.min_replies:
+            log.warning("round %d: %d replies < min-replies %d; global model unchanged", server_round, len(ok), self.cfg.min_replies)
+            return RoundResult(None, counted, stats)
+        lr = self.policy.server_lr(server_round)
+        cfg, contributions = self.cfg, [r.contribution for r in ok]
+        agg, scores = robust.aggregate(cfg.aggregation, self.global_np, contributions, lr, cfg.trim_fraction, cfg.norm_bound_factor)
+        stats.anomaly = {r.pid: score for r, score in zip(ok, scores, strict=True) if score}
+        fault = checks.aggregate_fault(agg.arrays)
+        if fault is not None:
+            stats.reasons.append(f"round {server_round}: aggregate rejected, global model unchanged ({fault})")
+            log.warning("%s", stats.reasons[-1])
+            return RoundResult(None, counted, stats, rejected=True)
+        stats.coverage = agg.coverage
+        method_metrics: dict[str, Any] = {}
+        try:
+            method_metrics = self.policy.after_round(server_round, ok)
+        except Exception as err:  # the replies passed every check: keep the round, say what the method could not use
+            stats.reasons.append(f"round {server_round}: method bookkeeping failed ({describe(err)})")
+            log.warning("%s", stats.reasons[-1])
+        return RoundResult(wire.to_record(agg.arrays), counted, stats, method_metrics=method_metrics)
+
+    def _fail(self, reason: str) -> None:
+        self.stats.failures += 1
+        self.stats.reasons.append(reason)
+        log.warning("%s", reason)
+
+    # -- evaluation (personalised methods, or personalized-eval = true) ---------------
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        if not (self.policy.personalized_eval or self.cfg.personalized_eval) or not self.personal_eval_round(server_round):
+            return []
+        messages = []
+        self.eval_nodes = dict(self.nodes)
+        for pid in sorted(self.nodes):
+            cfg = ConfigRecord(
+                {**dict(config), **self.policy.eval_config(server_round, pid), "server-round": server_round, "partition-id": pid}
+            )
+            content = RecordDict({"arrays": arrays, "config": cfg})
+            messages.append(self._message(content, pid, MessageType.EVALUATE, server_round))
+        return messages
+
+    def check_eval(self, msg: Message) -> tuple[int, dict[str, float]]:
+        """An evaluate reply: only its metrics, its own partition, an accuracy in [0, 1] over 1..test-size samples."""
+        checks.record_types(msg.content, {"metrics": MetricRecord})
+        metrics = checks.metrics_of(msg.content)
+        pid = checks.partition_of(metrics, msg.metadata.src_node_id, self.eval_nodes)
+        if self.sizes[pid].test == 0 and metrics.get("num-examples") == 0 and "accuracy" not in metrics:
+            return pid, metrics  # an empty local test split: no metric over zero samples
+        acc = metrics.get("accuracy")
+        if acc is None or not 0.0 <= acc <= 1.0:
+            raise checks.ReplyError(f"accuracy = {acc!r}, expected a number in [0, 1]")
+        checks.sample_count(metrics, self.sizes[pid].test, "local test")
+        return pid, metrics
+
+    def personal_eval_round(self, server_round: int) -> bool:
+        """Rounds that evaluate every client: multiples of personalized-eval-every, and the last
+        round (the configured one, or the one the method stops after)."""
+        every, last = self.cfg.personalized_eval_every, self.cfg.num_server_rounds
+        return server_round % every == 0 or server_round == last or self.policy.finished(server_round)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> EvalResult:  # type: ignore[override]
+        """Check the evaluate replies and summarise their accuracies (``result.metrics`` is
+        Flower's MetricRecord, None when no client reported one)."""
+        result = EvalResult()
+        for msg in replies:
+            if msg.has_error():
+                result.reasons.append(f"node {msg.metadata.src_node_id}: evaluation failed ({msg.error.reason})")
+                continue
+            try:
+                pid, metrics = self.check_eval(msg)
+            except Exception as err:  # one node's bad evaluation is that node's failure
+                result.reasons.append(f"node {msg.metadata.src_node_id}: evaluation dropped ({describe(err)})")
+                continue
+            result.client_metrics[pid] = metrics
+        for reason in result.reasons:
+            log.warning("%s", reason)
+        accs = [m["accuracy"] for m in result.client_metrics.values() if "accuracy" in m]  # none from an empty local test split
+        if result.reasons:
+            result.stats["eval_failures"] = len(result.reasons)
+        if not accs:
+            return result
+        result.stats.update({
+            "personalized_accuracy": float(np.mean(accs)), "personalized_accuracy_min": min(accs),
+            "personalized_accuracy_max": max(accs), "evaluated_clients": len(accs),
+        })  # fmt: skip
+        result.metrics = MetricRecord(dict(result.stats))
+        return result
+
+    def summary(self) -> None:
+        log.info("MaskedStrategy: method=%s clients=%d server-lr=%s", self.cfg.method, len(self.nodes), self.cfg.server_lr)
+
+
+def describe(err: BaseException) -> str:
+    """One line for failure_reasons: the exception's type and message."""
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"[:300]

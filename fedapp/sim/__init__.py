@@ -1,0 +1,1 @@
+"""`fedapp sim`: `flwr run` with in-process checks, on this checkout's own Flower home and ports."""
