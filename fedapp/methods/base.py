@@ -20,12 +20,13 @@ import torch
 from torch import nn
 
 from fedapp.aggregate import Contribution
+from fedapp.batched.fit import local_fit
 from fedapp.config import RunConfig
 from fedapp.data import ClientData
 from fedapp.data.on_device import ClientTensors
 from fedapp.state import StateStore
 from fedapp.state_rounds import Schema
-from fedapp.train import ExtraLoss, TrainSettings, TrainStats, proximal_term, trainer
+from fedapp.train import ExtraLoss, TrainSettings, TrainStats, proximal_term
 
 Scalar = bool | int | float | str
 CPU = torch.device("cpu")
@@ -205,11 +206,11 @@ class ClientPolicy:
         return proximal_term(self.cfg.proximal_mu, anchor, masks)
 
     def fit(self, job: ClientJob, grad_masks: dict[str, torch.Tensor] | None = None) -> TrainStats:
-        """The local-training step of ``train`` (train.local_train, or the engine's batched
-        executor in its place: ``train.trainer``); what comes before and after stays per client."""
+        """The local-training step of ``train``: ``local_train`` through the engine's park point
+        (``batched.fit.local_fit``); what comes before and after stays per client."""
         x, y = job.tensors()
         extra = self.extra_loss(job.model, grad_masks)
-        return trainer()(job.model, x, y, settings_of(self.cfg), job.gen, grad_masks, extra, augment=job.data.augment)
+        return local_fit(job.model, x, y, settings_of(self.cfg), job.gen, grad_masks, extra, augment=job.data.augment)
 
     def train(self, job: ClientJob) -> ClientResult:
         stats = self.fit(job)
