@@ -27,11 +27,11 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from torch import nn
 
+from fedapp.batched import seam
 from fedapp.batched.fit import FitCall
 from fedapp.client import handle_evaluate, handle_train
 from fedapp.client_app import app as client_app
 from fedapp.config import ConfigError
-from fedapp.engine import seam
 from fedapp.engine.batched_executor import BatchFallbackError, train_parked
 from fedapp.engine.client_batch_size import auto_client_batch, client_bytes
 from fedapp.engine.local_grid import LocalGrid

@@ -1,6 +1,6 @@
 """The engine knows no method: no module of ``fedapp/engine`` imports ``fedapp.methods`` (nor, at
 import time, anything that does), so a method's batched kernel can only reach the engine through
-the park point's registry (``engine/seam.py``). ``run_local.py`` is the exception, named here: it
+the park point's registry (``batched/seam.py``). ``run_local.py`` is the exception, named here: it
 is the in-process run's entry (``fedapp run``), which resolves the run's method and collects every
 method's key defaults (``methods.registry``); the engine it builds (``local_grid``, the batched
 executor) stays method-free."""
@@ -47,7 +47,7 @@ def offending(modules: set[str]) -> list[str]:
 
 def test_no_engine_module_imports_a_method_module() -> None:
     files = engine_modules()
-    assert {p.name for p in files} >= {"batched_executor.py", "seam.py", "local_grid.py"}
+    assert {p.name for p in files} >= {"batched_executor.py", "local_grid.py", "client_batch_size.py"}
     found = {p.name: offending(imported(p.read_text(), "fedapp.engine")) for p in files}
     assert {name: mods for name, mods in found.items() if mods} == {}
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedapp.engine import seam
+from fedapp.batched import seam
 from fedapp.engine.batched_executor import BatchFallbackError
 from fedapp.methods.pews_fixed_kernel import FixedWarmupCall
 from tests.test_batched_engine import METHODS, check_equivalence, run

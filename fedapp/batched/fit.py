@@ -2,7 +2,7 @@
 
 ``local_fit`` takes ``local_train``'s arguments; client policies call it (``ClientPolicy.fit``,
 FedSelect's LocalAlt) so that the in-process engine can train many clients' calls together
-(``fedapp.engine.seam``); anywhere else it is ``local_train``. ``FIT`` is the kernel the engine
+(``fedapp.batched.seam``); anywhere else it is ``local_train``. ``FIT`` is the kernel the engine
 uses for a ``FitCall``: ``train_clients`` (``train.py``) over calls of one key.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from fedapp.batched.seam import Kernel, park, register
 from fedapp.batched.train import ClientOutcome, ClientWork, train_clients, unbatchable
-from fedapp.engine.seam import Kernel, park, register
 from fedapp.train import Augment, ExtraLoss, ProximalTerm, TrainSettings, TrainStats, local_train
 
 

@@ -42,8 +42,8 @@ from typing import Any
 import torch
 from flwr.app import Message
 
+from fedapp.batched.seam import Call, Kernel, kernel_for, open_door
 from fedapp.engine.client_batch_size import AutoSize, auto_size
-from fedapp.engine.seam import Call, Kernel, kernel_for, open_door
 
 log = logging.getLogger("flwr")
 

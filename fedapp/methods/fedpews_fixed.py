@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from fedapp.batched.fit import FitCall
+from fedapp.batched.seam import park
 from fedapp.config import RunConfig
-from fedapp.engine.seam import park
 from fedapp.masks import NeuronLayout, model_param_masks, neuron_layout
 from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, NodeTask, RecordSpec, Reply, settings_of, train_metrics
 from fedapp.methods.fedpews import PeWSServer, WarmupParams, mask_stats

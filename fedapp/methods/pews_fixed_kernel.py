@@ -20,8 +20,8 @@ from torch.func import functional_call
 
 from fedapp.batched import fit
 from fedapp.batched.fit import FitCall
+from fedapp.batched.seam import Kernel, register
 from fedapp.batched.train import ClientOutcome, Forward, train_clients
-from fedapp.engine.seam import Kernel, register
 from fedapp.masks import NeuronLayout
 from fedapp.methods.pews_steps import Tensors, input_masks, split
 from fedapp.train import TrainStats

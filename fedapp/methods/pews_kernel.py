@@ -16,23 +16,34 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
+from torch import nn
 from torch.func import grad, vmap
 
 from fedapp.batched.fit import FitCall
 from fedapp.batched.fit import why_not as fit_why_not
 from fedapp.batched.optim import StackedOptimizer
 from fedapp.batched.plan import client_batches, step_grid
+from fedapp.batched.seam import Kernel, register
 from fedapp.batched.train import weighted_ce
 from fedapp.batched.upfront import warmup_draws
-from fedapp.engine.seam import Kernel, register
-from fedapp.methods.pews_steps import Tensors, score_loss, weight_loss
+from fedapp.methods.pews_steps import Tensors, WarmupSpec, score_loss, weight_loss
 from fedapp.train import TrainStats
 
-if TYPE_CHECKING:
-    from fedapp.methods.pews_train import WarmupLoop
+
+class WarmupLoop(Protocol):
+    """What the kernel reads of ``pews_train.WarmupLoop`` (typed here, so the two modules stay one-way)."""
+
+    model: nn.Module  # at the client's start weights
+    spec: WarmupSpec
+    anchor: Tensors  # the start weights of the trainable parameters (proximal term)
+
+    def run_here(
+        self, x: torch.Tensor, y: torch.Tensor, scores: torch.Tensor, pews: dict[str, Any], gen: torch.Generator
+    ) -> tuple[TrainStats, torch.Tensor]: ...
+
 
 Outcome = tuple[TrainStats, torch.Tensor, Tensors]  # stats, final scores, trained parameters
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedapp.engine.seam import park
+from fedapp.batched.seam import park
 from fedapp.masks import NeuronLayout
 from fedapp.methods.pews_kernel import WarmupCall
 from fedapp.methods.pews_steps import Tensors, WarmupSpec, score_loss, weight_loss
