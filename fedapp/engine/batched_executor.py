@@ -9,7 +9,7 @@ a wave has parked or finished, the engine groups the parked calls by type and by
 kernel's key (``seam.Kernel``: registered by the family that defines the call type), trains
 each group with the kernel, and resumes the lanes one after another; each finishes its call
 (``kernel.finish``: the trained weights into its own model) and continues its policy where it
-stopped. A policy that trains twice (FedSelect: a personal then a shared pass per epoch)
+stopped. A policy that trains twice (e.g. a personal then a shared pass per epoch)
 parks twice. The engine imports no method and names none.
 
 A call without a kernel, or that its kernel's ``why_not`` refuses (e.g. a model with dropout
