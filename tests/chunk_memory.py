@@ -9,14 +9,15 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from fedapp.batched.pews import WarmupWork
+from fedapp.batched.fit import FitCall
 from fedapp.client.cache import resolve_once
 from fedapp.core.masks import neuron_layout
 from fedapp.data import client_data, dataset_for
-from fedapp.engine.batched_executor import FitCall, WarmupCall, kernel
+from fedapp.engine.batched_executor import kernel
 from fedapp.engine.client_batch_size import chunk_bytes
 from fedapp.engine.run_local import full_config
 from fedapp.methods.base import settings_of
+from fedapp.methods.pews_kernel import WarmupCall
 from fedapp.methods.pews_train import WarmupLoop
 from fedapp.models import build_model
 
@@ -56,7 +57,7 @@ def lanes(raw: Mapping[str, Any], k: int, device: torch.device) -> tuple[list[Fi
             scores = torch.full((layout.total,), float(params.mask_init), device=device)
             ref = torch.full((layout.total,), 0.5, device=device) if params.diversity_weight > 0 else None
             pews = {"ref": ref, "weight": params.diversity_weight, "lr": params.mask_lr, "shared": params.mask_draw == "shared"}
-            calls.append(WarmupCall(WarmupWork(loop, x, y, scores, pews, gen)))
+            calls.append(WarmupCall(loop, x, y, scores, pews, gen))
             continue
         masks = None
         if cfg.method == "fedselect":  # LocalAlt's personal pass; the lane holds the shared pass's masks too

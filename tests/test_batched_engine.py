@@ -13,8 +13,10 @@ control breaks the kernel on purpose and checks that the equivalence check then 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +27,19 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from torch import nn
 
+from fedapp.batched import seam
+from fedapp.batched.fit import FitCall
 from fedapp.client.handlers import handle_evaluate, handle_train
 from fedapp.client.node_query import handle_query
 from fedapp.client_app import app as client_app
 from fedapp.core.config import ConfigError
 from fedapp.core.train import TrainSettings
 from fedapp.core.wire import from_record
-from fedapp.engine.batched_executor import BatchFallbackError, FitCall, train_parked
+from fedapp.engine.batched_executor import BatchFallbackError, train_parked
 from fedapp.engine.client_batch_size import auto_client_batch, client_bytes
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
+from fedapp.methods.pews_kernel import WarmupCall
 from fedapp.methods.registry import resolve
 from fedapp.server.loop import serve
 from tests.run_rows import outcome_rows
@@ -54,7 +59,7 @@ BASE = {
 
 FEDPART_SHORT = {"warmup-rounds": 1, "rounds-per-layer": 1, "cycles": 1, "full-rounds-between-cycles": 0}
 
-# method -> overrides; each trains through ClientPolicy.fit / train.trainer() (FedPeWS also in warm-up rounds)
+# method -> overrides; each trains through the park point, seam.park (ClientPolicy.fit; FedPeWS and FedPeWS-Fixed also in warm-up rounds)
 METHODS: dict[str, dict[str, Any]] = {
     "fedavg": {},
     "fedavg-momentum-decay": {"momentum": 0.9, "weight-decay": 0.001},
@@ -156,27 +161,30 @@ def client_state(grid: RecordingGrid) -> dict[int, dict[str, dict[str, np.ndarra
     return {node: {name: from_record(rec) for name, rec in ctx.state.array_records.items()} for node, ctx in grid.contexts.items()}
 
 
+KernelTrain = Callable[[Any], list[Any]]
+
+
+def wrap_kernels(monkeypatch: pytest.MonkeyPatch, wrap: Callable[[KernelTrain, type], KernelTrain]) -> None:
+    """Every registered kernel's ``train`` replaced by ``wrap(train, call type)`` for the test."""
+    for call_type, kernel in list(seam._KERNELS.items()):
+        monkeypatch.setitem(seam._KERNELS, call_type, dataclasses.replace(kernel, train=wrap(kernel.train, call_type)))
+
+
 @pytest.fixture
 def chunks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Sizes of the chunks the batched kernel trained (so a test sees that it was used), each counted
-    once the kernel has returned: a kernel that raises counts nothing."""
-    import fedapp.engine.batched_executor as ex
-
+    """Sizes of the chunks the batched kernels trained (so a test sees that they were used), each counted
+    once the kernel has returned: a kernel that raises counts nothing. FedPeWS warm-up chunks count negative."""
     sizes: list[int] = []
-    real, real_warmups = ex.train_clients, ex.train_warmups
 
-    def counting(model: nn.Module, works: Any, *args: Any, **kwargs: Any) -> Any:
-        out = real(model, works, *args, **kwargs)
-        sizes.append(len(works))
-        return out
+    def counting(train: KernelTrain, call_type: type) -> KernelTrain:
+        def count(calls: Any) -> list[Any]:
+            out = train(calls)
+            sizes.append(-len(calls) if call_type is WarmupCall else len(calls))
+            return out
 
-    def counting_warmups(works: Any) -> Any:
-        out = real_warmups(works)
-        sizes.append(-len(works))  # negative: a FedPeWS warm-up chunk
-        return out
+        return count
 
-    monkeypatch.setattr(ex, "train_clients", counting)
-    monkeypatch.setattr(ex, "train_warmups", counting_warmups)
+    wrap_kernels(monkeypatch, counting)
     return sizes
 
 
@@ -210,9 +218,7 @@ def check_equivalence(tmp_path: Path, over: dict[str, Any], chunks: list[int]) -
 @pytest.mark.parametrize("name", list(METHODS))
 def test_client_batch_8_is_the_one_at_a_time_run(tmp_path: Path, name: str, chunks: list[int]) -> None:
     notes = check_equivalence(tmp_path, METHODS[name], chunks)
-    hooks = {"forward hooks on 3, 5 (e.g. FedPeWS-Fixed's activation masks)": 6}  # the MLP's two hidden activations
-    warm = 2 if name == "fedpews-fixed" else 0  # its warm-up rounds train one at a time, the reason named
-    assert [n["one_at_a_time"] for n in notes] == [hooks] * warm + [{}] * (len(notes) - warm)
+    assert [n["one_at_a_time"] for n in notes] == [{}] * len(notes)
 
 
 def test_the_equivalence_check_fails_when_the_kernel_always_raises(
@@ -221,15 +227,13 @@ def test_the_equivalence_check_fails_when_the_kernel_always_raises(
     """Negative control: with both kernels broken, batch-fallback = error stops the batched run naming the
     chunk, and with sequential (the runs then agree) the check still fails: nothing was trained batched,
     and the rows say why."""
-    import fedapp.engine.batched_executor as ex
 
-    def broken(*args: Any, **kwargs: Any) -> Any:
-        for w in args[1] if len(args) > 1 else args[0]:  # train_clients(model, works, ...), train_warmups(works)
-            torch.rand(3, generator=w.gen)  # drawn from before it fails, as a kernel does
+    def broken(calls: Any) -> Any:
+        for c in calls:
+            torch.rand(3, generator=c.gen)  # drawn from before it fails, as a kernel does
         raise RuntimeError("no vmap rule for aten::frobnicate")
 
-    monkeypatch.setattr(ex, "train_clients", broken)
-    monkeypatch.setattr(ex, "train_warmups", broken)
+    wrap_kernels(monkeypatch, lambda train, call_type: broken)
     for name in ("fedavg", "fedpews"):
         with pytest.raises(BatchFallbackError, match=r"failed on a (FedPeWS warm-up )?chunk of 6 clients \(RuntimeError: no vmap rule"):
             check_equivalence(tmp_path / name / "error", METHODS[name], chunks)
@@ -246,28 +250,18 @@ def test_the_equivalence_check_fails_when_the_kernel_always_raises(
 def test_an_out_of_memory_splits_the_chunk_and_the_row_names_it(tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A kernel that runs out of memory on chunks of more than 2 clients: each round's chunk of 6 is
     split into 3 + 3, each 3 into 2 + 1; the run is still the one-at-a-time run."""
-    import fedapp.engine.batched_executor as ex
 
-    real, real_warmups = ex.train_clients, ex.train_warmups
+    def small(train: KernelTrain, call_type: type) -> KernelTrain:
+        def at_most_two(calls: Any) -> list[Any]:
+            if len(calls) > 2:  # as on a device: the kernel has drawn from the clients' generators before memory runs out
+                for c in calls:
+                    torch.rand(3, generator=c.gen)
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return train(calls)
 
-    def out_of_memory(works: Any) -> None:
-        """As on a device: the kernel has drawn from the clients' generators before memory runs out."""
-        for w in works:
-            torch.rand(3, generator=w.gen)
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return at_most_two
 
-    def small(model: nn.Module, works: Any, *args: Any, **kwargs: Any) -> Any:
-        if len(works) > 2:
-            out_of_memory(works)
-        return real(model, works, *args, **kwargs)
-
-    def small_warmups(works: Any) -> Any:
-        if len(works) > 2:
-            out_of_memory(works)
-        return real_warmups(works)
-
-    monkeypatch.setattr(ex, "train_clients", small)
-    monkeypatch.setattr(ex, "train_warmups", small_warmups)
+    wrap_kernels(monkeypatch, small)
     one_dir, _ = run(tmp_path, METHODS[name], "1")
     many_dir, _ = run(tmp_path, METHODS[name], "8")
     a, b = np.load(one_dir / "model.npz"), np.load(many_dir / "model.npz")
@@ -309,14 +303,12 @@ def test_system_exit_stops_the_run_with_its_code_whatever_client_batch(
 ) -> None:
     """A client (its lane) or the kernel raising SystemExit(3): the run stops with exit code 3, as one at
     a time, and no lane thread is left waiting (before, a lane's SystemExit hung the next round)."""
-    import fedapp.engine.batched_executor as ex
-
     if where == "kernel":
 
-        def exiting(*args: Any, **kwargs: Any) -> Any:
+        def exiting(calls: Any) -> Any:
             raise SystemExit(3)
 
-        monkeypatch.setattr(ex, "train_clients", exiting)
+        wrap_kernels(monkeypatch, lambda train, call_type: exiting)
     app = exiting_app(2) if where == "client" else client_app
     before = set(threading.enumerate())
     with pytest.raises(SystemExit) as err:
@@ -346,7 +338,7 @@ def test_feddrop_falls_back_to_one_at_a_time_and_says_so_once(tmp_path: Path, ca
     a, b = np.load(one_dir / "model.npz"), np.load(many_dir / "model.npz")
     assert all(np.array_equal(a[k], b[k]) for k in a.files)  # the same code ran: bit-identical
     assert_close(wire_view(one), wire_view(many), "train replies")
-    own = "the method's own loop, or no local training (FjORD/FedDrop sub-models, a stopped client)"
+    own = "the method's own loop, or no local training (e.g. a stopped client)"
     assert all(r["client_batch"] == {"chunks": [], "one_at_a_time": {own: 6}, "splits": []} for r in outcome_rows(many_dir))
 
 
@@ -406,18 +398,3 @@ def test_the_cuda_memory_estimate_counts_weights_outputs_and_data() -> None:
     model = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
     assert client_bytes(model, (2,), 4, 10, 1, False) == 9 * 4 * 4 + 2 * (12 + 12) * 4 + (2 * 10 + 4) * (2 * 4 + 8) + 3 * 4 * 12
     assert client_bytes(model, (2,), 4, 10, 2, True) - client_bytes(model, (2,), 4, 10, 1, False) == 3 * 9 * 4
-
-
-def test_the_equivalence_check_catches_a_mask_leak(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Let FedPeWS-Fixed's warm-up into the kernel on purpose: its neuron masks are forward hooks
-    on each client's model, and the kernel's one template model would apply the first client's
-    hooks to the whole chunk. The comparison the equivalence test makes must then fail."""
-    import fedapp.engine.batched_executor as ex
-
-    over = METHODS["fedpews-fixed"]
-    one_dir, _ = run(tmp_path, over, "1")
-    monkeypatch.setattr(ex, "why_not_batched", lambda *args: None)  # forward hooks no longer keep a client out
-    leak_dir, _ = run(tmp_path, over, "8")
-    a, b = np.load(one_dir / "model.npz"), np.load(leak_dir / "model.npz")
-    with pytest.raises(AssertionError):
-        assert_close({k: a[k] for k in a.files}, {k: b[k] for k in b.files}, "model")

@@ -21,9 +21,8 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-import fedapp.batched.pews as pews_kernel
 import fedapp.batched.train as train_kernel
-from fedapp.batched.pews import WarmupWork, train_warmups
+import fedapp.methods.pews_kernel as pews_kernel
 from fedapp.batched.plan import client_batches
 from fedapp.batched.train import ClientWork, train_clients
 from fedapp.batched.upfront import augment_draws, check_augments
@@ -31,6 +30,7 @@ from fedapp.core.masks import neuron_layout
 from fedapp.core.runtime import configure_threads
 from fedapp.core.train import TrainSettings
 from fedapp.data.augment import make_augment
+from fedapp.methods.pews_kernel import WarmupCall, train_warmups
 from fedapp.methods.pews_train import WarmupLoop
 from fedapp.models.cnn import cnn
 
@@ -134,7 +134,7 @@ def warmup_calls(epochs: int, shared: bool, monkeypatch: pytest.MonkeyPatch) -> 
         x, y = torch.randn(n, 12, generator=g), torch.randint(0, 4, (n,), generator=g)
         loop = WarmupLoop(copy.deepcopy(model), layout, settings)
         pews = {"ref": None, "weight": 0.0, "lr": 0.5, "shared": shared}
-        works.append(WarmupWork(loop, x, y, torch.zeros(layout.total), pews, torch.Generator().manual_seed(i)))
+        works.append(WarmupCall(loop, x, y, torch.zeros(layout.total), pews, torch.Generator().manual_seed(i)))
     with loop_calls(monkeypatch) as mode:
         train_warmups(works)
     return mode.calls

@@ -16,7 +16,8 @@ from fedapp.data import ClientData
 from fedapp.methods.base import ClientJob
 from fedapp.methods.fedpews import PeWSClient, PeWSParams, PeWSServer, mask_stats, warmup_rounds
 from fedapp.methods.fedpews_fixed import FixedClient, fixed_blocks
-from fedapp.methods.pews_train import WarmupLoop, diversity_term, input_masks, masks_to_records, records_to_masks, split
+from fedapp.methods.pews_steps import diversity_term, input_masks, split
+from fedapp.methods.pews_train import WarmupLoop, masks_to_records, records_to_masks
 from fedapp.models import initial_model
 from fedapp.models.cnn import cnn
 from fedapp.models.mlp import mlp

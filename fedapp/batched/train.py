@@ -26,9 +26,10 @@ from torch.func import functional_call, grad, vmap
 from fedapp.batched.optim import Stacked, StackedOptimizer
 from fedapp.batched.plan import StepGrid, chunks, client_batches, step_grid
 from fedapp.batched.upfront import augment_draws, check_augments
-from fedapp.core.train import Augment, TrainSettings, TrainStats, masked_distance
+from fedapp.core.train import Augment, TrainSettings, TrainStats, proximal_loss
 
 Tensors = dict[str, torch.Tensor]
+Forward = Callable[[nn.Module, Tensors, Tensors, torch.Tensor, Tensors], torch.Tensor]  # (model, params, buffers, xb, inputs) -> out
 
 
 @dataclass
@@ -42,6 +43,7 @@ class ClientWork:
     grad_masks: Tensors | None = None  # bool, True = may change (train.local_train's grad_masks)
     prox_masks: Tensors | None = None  # masks of the proximal term (None: the whole difference)
     augment: Augment | None = None
+    inputs: Tensors | None = None  # per-client tensors a kernel's ``forward`` reads (e.g. activation masks)
 
 
 @dataclass
@@ -75,12 +77,14 @@ def train_clients(
     device: torch.device | str,
     client_batch: int | None = None,
     prox_mu: float = 0.0,
+    forward: Forward | None = None,
 ) -> list[ClientOutcome]:
     """Train every client of ``works`` from its start state, ``client_batch`` at a time
     (None: as few chunks as the model allows); outcomes in the order of ``works``.
 
     ``model`` gives the structure, the trainable set (``requires_grad``) and the default
-    start state; its own tensors are not changed (it is put in train mode)."""
+    start state; its own tensors are not changed (it is put in train mode). ``forward``: the
+    model's forward pass for one client, given its ``ClientWork.inputs`` (default: ``plain_forward``)."""
     reason = unbatchable(model)
     if reason is not None:
         raise ValueError(f"cannot train this model batched: {reason}")
@@ -89,7 +93,9 @@ def train_clients(
     plans = [client_batches(int(w.x.shape[0]), settings, w.gen) for w in works]
     out: list[ClientOutcome | None] = [None] * len(works)
     for chunk in chunks(plans, client_batch or max(len(works), 1), exact_sizes=has_batchnorm(model)):
-        done = _train_chunk(model, [works[i] for i in chunk], [plans[i] for i in chunk], settings, device, prox_mu)
+        done = _train_chunk(
+            model, [works[i] for i in chunk], [plans[i] for i in chunk], settings, device, prox_mu, forward or plain_forward
+        )
         for i, outcome in zip(chunk, done, strict=True):
             out[i] = outcome
     return [o for o in out if o is not None]
@@ -110,7 +116,17 @@ def _stack_masks(works: Sequence[ClientWork], field: str, params: Stacked, devic
     return out
 
 
-def make_step_grads(model: nn.Module, prox_mu: float) -> Callable[..., tuple[Stacked, torch.Tensor]]:
+def plain_forward(model: nn.Module, params: Tensors, buffers: Tensors, xb: torch.Tensor, inputs: Tensors) -> torch.Tensor:
+    """The model's own forward pass with one client's parameters and buffers."""
+    return functional_call(model, (params, buffers), (xb,))  # type: ignore[no-any-return]
+
+
+def weighted_ce(out: torch.Tensor, yb: torch.Tensor, wb: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over a padded minibatch's real rows (padding rows weigh 0)."""
+    return (F.cross_entropy(out, yb, reduction="none") * wb).sum() / wb.sum()
+
+
+def make_step_grads(model: nn.Module, prox_mu: float, forward: Forward = plain_forward) -> Callable[..., tuple[Stacked, torch.Tensor]]:
     """vmap(grad) of one client's minibatch loss: weighted mean cross-entropy over real
     rows, plus (mu/2) * ||M * (x - x_start)||^2 over the trainable tensors."""
 
@@ -120,15 +136,15 @@ def make_step_grads(model: nn.Module, prox_mu: float) -> Callable[..., tuple[Sta
         buffers: Tensors,
         anchor: Tensors,
         pmasks: Tensors,
+        inputs: Tensors,
         xb: torch.Tensor,
         yb: torch.Tensor,
         wb: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        out = functional_call(model, ({**train, **fixed}, buffers), (xb,))
-        task = (F.cross_entropy(out, yb, reduction="none") * wb).sum() / wb.sum()
+        task = weighted_ce(forward(model, {**train, **fixed}, buffers, xb, inputs), yb, wb)
         if prox_mu <= 0:
             return task, task.detach()
-        return task + 0.5 * prox_mu * masked_distance(train, anchor, pmasks, task.dtype, task.device), task.detach()
+        return task + proximal_loss(prox_mu, train, anchor, pmasks, task.dtype, task.device), task.detach()
 
     return vmap(grad(loss, has_aux=True))  # type: ignore[no-any-return]
 
@@ -157,6 +173,7 @@ def _train_chunk(
     settings: TrainSettings,
     device: torch.device,
     prox_mu: float,
+    forward: Forward,
 ) -> list[ClientOutcome]:
     start = time.perf_counter()
     model.train()
@@ -169,18 +186,19 @@ def _train_chunk(
     anchor = {n: p.clone() for n, p in train.items()} if prox_mu > 0 else {}
     pmasks = {n: m.to(train[n].dtype) for n, m in _stack_masks(works, "prox_masks", train, device).items()} if prox_mu > 0 else {}
     opt = StackedOptimizer(settings, train, _stack_masks(works, "grad_masks", train, device))
+    inputs = {n: _stack([(w.inputs or {})[n] for w in works], device) for n in works[0].inputs or {}}
     dtype = next(iter(train.values())).dtype
     grid = step_grid(plans, [int(w.x.shape[0]) for w in works], dtype, device)
     if grid.padded and has_batchnorm(model):
         raise ValueError("clients with different minibatch sizes cannot share a BatchNorm chunk (padding changes batch statistics)")
     data = ChunkData(works, plans, grid, device)
-    step_grads = make_step_grads(model, prox_mu)
+    step_grads = make_step_grads(model, prox_mu, forward)
     total = torch.zeros(len(works), dtype=torch.float64, device=device)
     for t in range(grid.num_steps):
         xb, yb, wb = data.step(t)
         active = grid.active[t]
         before = {n: b.clone() for n, b in buffers.items()} if buffers and not grid.all_active[t] else {}
-        grads, task = step_grads(train, fixed, buffers, anchor, pmasks, xb, yb, wb)
+        grads, task = step_grads(train, fixed, buffers, anchor, pmasks, inputs, xb, yb, wb)
         for n, b in before.items():
             buffers[n].copy_(torch.where(active.view(-1, *([1] * (b.dim() - 1))), buffers[n], b))
         opt.step(train, grads, active, grid.all_active[t])

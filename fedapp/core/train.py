@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -94,7 +93,7 @@ def make_optimizer(params: list[nn.Parameter], s: TrainSettings) -> torch.optim.
 @dataclass(frozen=True)
 class ProximalTerm:
     """(mu/2) * ||M * (x - x_start)||^2 over trainable parameters (FedProx), as a callable
-    extra loss whose parts a batched trainer can read (``fedapp.engine.batched_executor``)."""
+    extra loss whose parts a batched trainer can read (``fedapp.batched.fit``)."""
 
     mu: float
     anchor: dict[str, torch.Tensor]
@@ -103,7 +102,16 @@ class ProximalTerm:
     def __call__(self, model: nn.Module) -> torch.Tensor:
         device = next(iter(self.anchor.values())).device if self.anchor else torch.device("cpu")
         params = {n: p for n, p in model.named_parameters() if p.requires_grad and n in self.anchor}
-        return 0.5 * self.mu * masked_distance(params, self.anchor, self.masks or {}, torch.get_default_dtype(), device)
+        return proximal_loss(self.mu, params, self.anchor, self.masks or {}, torch.get_default_dtype(), device)
+
+
+def proximal_loss(
+    mu: float, params: Mapping[str, torch.Tensor], anchor: Mapping[str, torch.Tensor], pmasks: Mapping[str, torch.Tensor],
+    dtype: torch.dtype, device: torch.device,
+) -> torch.Tensor:  # fmt: skip
+    """(mu/2) * ||M * (p - anchor)||^2: FedProx's term, as the one-client loop (``ProximalTerm``)
+    and the batched kernels (``batched/train.py``, FedPeWS's weight loss) all add it."""
+    return 0.5 * mu * masked_distance(params, anchor, pmasks, dtype, device)
 
 
 def masked_distance(
@@ -180,19 +188,3 @@ def local_train(
         masked_step(opt, named, masks, restore)
         steps += 1
     return TrainStats(float(total) / max(steps, 1), int(x.shape[0]), steps, time.perf_counter() - start)
-
-
-LocalTrainer = Callable[..., TrainStats]  # local_train's signature
-_TRAINER: ContextVar[LocalTrainer] = ContextVar("fedapp_local_trainer", default=local_train)
-
-
-def trainer() -> LocalTrainer:
-    """The local training loop client policies call: ``local_train``, except inside the
-    in-process engine's batched executor (``client-batch`` > 1), which sets its own for the
-    thread that runs a client's message, with local_train's signature and result."""
-    return _TRAINER.get()
-
-
-def use_trainer(fn: LocalTrainer) -> None:
-    """Make ``fn`` this thread's (context's) local training loop (the batched executor's lanes)."""
-    _TRAINER.set(fn)

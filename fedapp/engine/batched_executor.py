@@ -2,20 +2,19 @@
 
 A round's train messages go through the ClientApp exactly as one at a time (decode, the
 method's client policy, state store, reply encoding, metrics), each on its own *lane*: a
-worker thread the engine steps explicitly, so only one lane ever runs at a time. When a
-client policy reaches its local training (``train.trainer()``, which ``ClientPolicy.fit`` and
-FedSelect's LocalAlt call), the lane parks there with the call's arguments and hands control
-back. Once every lane of a wave has parked or finished, the engine trains the parked calls
-together with ``fedapp.batched.train_clients`` (grouped by what a vectorised chunk must
-share), writes each client's trained weights into its own model and resumes the lanes one
-after another, each continuing its policy where it stopped. A policy that trains twice
-(FedSelect: a personal then a shared pass per epoch) parks twice.
+worker thread the engine steps explicitly, so only one lane ever runs at a time. A client
+policy hands its local training to the park point, ``seam.park(call)``; on a lane that is
+``Lane.handle``, which parks the lane with the call and hands control back. Once every lane of
+a wave has parked or finished, the engine groups the parked calls by type and by their
+kernel's key (``seam.Kernel``: registered by the family that defines the call type), trains
+each group with the kernel, and resumes the lanes one after another; each finishes its call
+(``kernel.finish``: the trained weights into its own model) and continues its policy where it
+stopped. A policy that trains twice (e.g. a personal then a shared pass per epoch)
+parks twice. The engine imports no method and names none.
 
-FedPeWS warm-up rounds park the same way in ``WarmupLoop.run`` and are trained by
-``fedapp.batched.pews``. A call the kernel cannot reproduce (a model with dropout or unknown
-buffers, forward hooks, an extra loss other than the proximal term at the start weights, no
-training samples) runs ``local_train`` on its lane at once; so does every method whose local
-loop is its own (FjORD/FedDrop sub-models). Each reason is logged once per engine.
+A call without a kernel, or that its kernel's ``why_not`` refuses (e.g. a model with dropout
+or unknown buffers), runs ``call.run_here()`` on its lane at once; so does every method whose
+local loop does not go through ``seam.park``. Each reason is logged once per engine.
 
 Nothing falls back silently. A chunk counts as batched only once the kernel has returned. A
 chunk whose kernel call raises gives its clients back their generators' states; run-config
@@ -42,13 +41,9 @@ from typing import Any
 
 import torch
 from flwr.app import Message
-from torch import nn
 
-from fedapp.batched.pews import WarmupWork, train_warmups, warmup_key
-from fedapp.batched.train import ClientOutcome, ClientWork, train_clients, unbatchable
-from fedapp.core.train import Augment, ProximalTerm, TrainSettings, TrainStats, local_train, use_trainer
+from fedapp.batched.seam import Call, Kernel, kernel_for, open_door
 from fedapp.engine.client_batch_size import AutoSize, auto_size
-from fedapp.methods.pews_train import use_warmup_runner
 
 log = logging.getLogger("flwr")
 
@@ -77,60 +72,6 @@ class RoundNotes:
         return {"chunks": list(self.chunks), "one_at_a_time": dict(sorted(self.one_at_a_time.items())), "splits": list(self.splits)}
 
 
-@dataclass
-class FitCall:
-    """One client's parked ``local_train`` call, and where its outcome goes."""
-
-    model: nn.Module
-    x: torch.Tensor
-    y: torch.Tensor
-    settings: TrainSettings
-    gen: torch.Generator
-    grad_masks: dict[str, torch.Tensor] | None
-    prox: ProximalTerm | None
-    augment: Augment | None
-    outcome: ClientOutcome | None = None  # None after the kernel ran: it raised, train with local_train
-
-    def key(self) -> tuple[Any, ...]:
-        """What clients of one vectorised chunk must share."""
-        state = tuple((k, tuple(v.shape), v.dtype) for k, v in self.model.state_dict().items())
-        trainable = tuple(n for n, p in self.model.named_parameters() if p.requires_grad)
-        mu = self.prox.mu if self.prox is not None else 0.0
-        return (type(self.model), state, trainable, self.settings, mu, str(self.x.device), tuple(self.x.shape[1:]), self.x.dtype)
-
-
-@dataclass
-class WarmupCall:
-    """One client's parked FedPeWS warm-up round (``WarmupLoop.run``)."""
-
-    work: WarmupWork
-    outcome: tuple[TrainStats, torch.Tensor, dict[str, torch.Tensor]] | None = None
-
-    def key(self) -> tuple[Any, ...]:
-        return ("pews", *warmup_key(self.work))
-
-
-def why_not_batched(model: nn.Module, x: torch.Tensor, settings: TrainSettings, extra_loss: Any) -> str | None:
-    """Why a ``local_train`` call runs one at a time (None: the kernel reproduces it)."""
-    reason = unbatchable(model)
-    if reason is not None:
-        return f"model: {reason}"
-    hooked = [n for n, m in model.named_modules() if m._forward_hooks or m._forward_pre_hooks]
-    if hooked:  # the kernel runs one template model for the whole chunk: its hooks would apply to every client
-        return f"forward hooks on {', '.join(hooked)} (e.g. FedPeWS-Fixed's activation masks)"
-    if extra_loss is not None and not isinstance(extra_loss, ProximalTerm):
-        return "an extra loss other than FedProx's proximal term"
-    if isinstance(extra_loss, ProximalTerm) and not all(
-        torch.equal(extra_loss.anchor[n], p) for n, p in model.named_parameters() if p.requires_grad and n in extra_loss.anchor
-    ):  # the kernel anchors the proximal term at each client's start weights
-        return "a proximal term anchored elsewhere than the start weights"
-    if settings.optimizer not in ("sgd", "adam"):
-        return f"optimizer {settings.optimizer!r}"
-    if x.shape[0] == 0:
-        return "a client without training samples"
-    return None
-
-
 class Lane:
     """A worker thread that runs one ClientApp call at a time and parks at its local training.
 
@@ -142,7 +83,7 @@ class Lane:
         self._run, self._back = threading.Semaphore(0), threading.Semaphore(0)
         self.msg: Message | None = None
         self.reply: Message | None = None
-        self.call: FitCall | WarmupCall | None = None
+        self.call: Call | None = None
         self.parked = 0  # how often the current message parked
         self.fits = 0  # how often the current message's client reached local training
         self.closed = False
@@ -153,8 +94,7 @@ class Lane:
     def _loop(self) -> None:
         from fedapp.client.cache import drop_thread_models
 
-        use_trainer(self.fit)
-        use_warmup_runner(self.warmup)
+        open_door(self.handle)
         while True:
             self._run.acquire()
             if self.closed:
@@ -190,35 +130,22 @@ class Lane:
             self._run.release()
             self._back.acquire()
 
-    def fit(
-        self,
-        model: nn.Module,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        settings: TrainSettings,
-        gen: torch.Generator,
-        grad_masks: dict[str, torch.Tensor] | None = None,
-        extra_loss: Any = None,
-        augment: Augment | None = None,
-    ) -> TrainStats:
-        """``local_train``'s signature and result; runs on the lane's thread."""
+    def handle(self, call: Call) -> Any:
+        """The lane's park point (``seam.park``): the call's result, from its kernel with the other parked
+        clients, or from ``call.run_here()`` where it has no kernel, its kernel cannot reproduce it, or failed."""
         self.fits += 1
-        reason = why_not_batched(model, x, settings, extra_loss)
-        if reason is not None:
-            self.fallback(reason)
-            return local_train(model, x, y, settings, gen, grad_masks, extra_loss, augment)
-        call = self.park(FitCall(model, x, y, settings, gen, grad_masks, extra_loss, augment))
-        assert isinstance(call, FitCall)
+        kernel = kernel_for(call)
+        reason = f"no batched kernel for {type(call).__name__}" if kernel is None else kernel.why_not(call)
+        if reason is not None or kernel is None:
+            self.fallback(str(reason))
+            return call.run_here()
+        self.park(call)
         if call.outcome is None:
-            return local_train(model, x, y, settings, gen, grad_masks, extra_loss, augment)
-        with torch.no_grad():
-            for k, v in model.state_dict().items():
-                v.copy_(call.outcome.state[k])
-        model.train()
-        return call.outcome.stats
+            return call.run_here()
+        return kernel.finish(call, call.outcome)
 
-    def park(self, call: FitCall | WarmupCall) -> FitCall | WarmupCall:
-        """Hand ``call`` to the engine, which trains it with the other parked clients; return it done."""
+    def park(self, call: Call) -> None:
+        """Hand ``call`` to the engine, which trains it with the other parked clients and sets its outcome."""
         self.call = call
         self.parked += 1
         self._back.release()
@@ -226,28 +153,6 @@ class Lane:
         self.call = None
         if self.closed:
             raise LaneClosed
-        return call
-
-    def warmup(self, loop: Any, x: torch.Tensor, y: torch.Tensor, scores: torch.Tensor, pews: dict[str, Any], gen: torch.Generator) -> Any:
-        """``WarmupLoop.run`` with the client parked for a batched warm-up (``fedapp.batched.pews``)."""
-        self.fits += 1
-        reason = why_not_batched(loop.model, x, loop.settings, None)
-        if reason is None and any(True for _ in loop.model.buffers()):
-            reason = "a FedPeWS warm-up of a model with buffers"
-        if reason is not None:
-            self.fallback(reason)
-            return loop.run_here(x, y, scores, pews, gen)
-        call = self.park(WarmupCall(WarmupWork(loop, x, y, scores, pews, gen)))
-        assert isinstance(call, WarmupCall)
-        if call.outcome is None:
-            return loop.run_here(x, y, scores, pews, gen)
-        stats, new_scores, trained = call.outcome
-        with torch.no_grad():
-            for n, p in loop.model.named_parameters():
-                if n in trained:
-                    p.copy_(trained[n])
-        loop.model.train()
-        return stats, new_scores
 
 
 @dataclass
@@ -317,14 +222,14 @@ class BatchedExecutor:
                 lane.start(msg)
             if any(lane.fits == 0 for lane in lanes):
                 method = self.run_config.get("method", "fedavg")
-                self.once(f"{method} trains one client at a time where its local loop is its own (FjORD/FedDrop sub-models)")
+                self.once(f"{method} trains one client at a time where its local loop does not go through the park point (seam.park)")
             while parked := [lane for lane in lanes if lane.call is not None]:
                 train_parked([lane.call for lane in parked if lane.call is not None], self.once, self.notes, on_fail)
                 for lane in parked:
                     lane.step()
             for lane in lanes:
                 if lane.fits == 0 and lane.reply is not None and not lane.reply.has_error():
-                    self.notes.count("the method's own loop, or no local training (FjORD/FedDrop sub-models, a stopped client)")
+                    self.notes.count("the method's own loop, or no local training (e.g. a stopped client)")
             replies.extend(lane.reply for lane in lanes if lane.reply is not None)
         return replies
 
@@ -334,40 +239,35 @@ class BatchedExecutor:
         self.lanes.clear()
 
 
-def train_parked(
-    calls: Sequence[FitCall | WarmupCall], say: Callable[[str], None], notes: RoundNotes | None = None, on_fail: str = "sequential"
-) -> None:
-    """Train the parked calls in vectorised chunks, one chunk per shared key."""
-    groups: dict[tuple[Any, ...], list[Any]] = {}
+def train_parked(calls: Sequence[Call], say: Callable[[str], None], notes: RoundNotes | None = None, on_fail: str = "sequential") -> None:
+    """Train the parked calls in vectorised chunks: one chunk per call type and kernel key."""
+    groups: dict[tuple[Any, ...], list[Call]] = {}
     for call in calls:
-        groups.setdefault(call.key(), []).append(call)
+        groups.setdefault((type(call), kernel_of(call).key(call)), []).append(call)
     for group in groups.values():
         train_chunk(group, say, RoundNotes() if notes is None else notes, on_fail)
 
 
-def generator_of(call: FitCall | WarmupCall) -> torch.Generator:
-    return call.work.gen if isinstance(call, WarmupCall) else call.gen
+def kernel_of(call: Call) -> Kernel:
+    kernel = kernel_for(call)
+    if kernel is None:  # Lane.handle runs such a call on its lane: it never parks
+        raise TypeError(f"no batched kernel is registered for {type(call).__name__}")
+    return kernel
 
 
-def kernel(group: Sequence[FitCall | WarmupCall]) -> list[Any]:
-    """The batched kernel's outcome for each call of one chunk (``train_warmups`` or ``train_clients``)."""
-    warmups = [c for c in group if isinstance(c, WarmupCall)]
-    if warmups:
-        return list(train_warmups([c.work for c in warmups]))
-    fits = [c for c in group if isinstance(c, FitCall)]
-    works = [ClientWork(c.x, c.y, c.gen, start_state(c.model), c.grad_masks, prox_masks(c), c.augment) for c in fits]
-    mu = fits[0].prox.mu if fits[0].prox is not None else 0.0
-    return list(train_clients(fits[0].model, works, fits[0].settings, fits[0].x.device, len(fits), mu))
+def kernel(group: Sequence[Call]) -> list[Any]:
+    """The batched kernel's outcome for each call of one chunk (calls of one type and key)."""
+    return kernel_of(group[0]).train(group)
 
 
-def train_chunk(group: Sequence[FitCall | WarmupCall], say: Callable[[str], None], notes: RoundNotes, on_fail: str) -> None:
+def train_chunk(group: Sequence[Call], say: Callable[[str], None], notes: RoundNotes, on_fail: str) -> None:
     """One chunk through the kernel. Its calls get outcomes only once the kernel has returned; on an
     out-of-memory it is split in halves and each retried (outside the ``except``, so the failed
     attempt's frames and tensors are freed first); any other failure (or an out-of-memory of one
     client) is ``on_fail``'s: ``sequential`` leaves the calls to train one at a time from their
     generators' states before, ``error`` raises BatchFallbackError."""
-    what = "FedPeWS warm-up chunk" if isinstance(group[0], WarmupCall) else "chunk"
-    states = [generator_of(c).get_state() for c in group]
+    what = kernel_of(group[0]).what
+    states = [c.gen.get_state() for c in group]
     out_of_memory = ""
     try:
         outcomes = kernel(group)
@@ -398,14 +298,14 @@ def one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text.splitlines()[0][:200]}" if text else type(err).__name__
 
 
-def restore(group: Sequence[FitCall | WarmupCall], states: Sequence[torch.Tensor]) -> None:
+def restore(group: Sequence[Call], states: Sequence[torch.Tensor]) -> None:
     """Each client's generator back to its state before the kernel drew from it."""
     for c, state in zip(group, states, strict=True):
-        generator_of(c).set_state(state)
+        c.gen.set_state(state)
 
 
 def fail(
-    group: Sequence[FitCall | WarmupCall], what: str, why: str, say: Callable[[str], None], notes: RoundNotes, on_fail: str,
+    group: Sequence[Call], what: str, why: str, say: Callable[[str], None], notes: RoundNotes, on_fail: str,
     cause: BaseException | None,
 ) -> None:  # fmt: skip
     """A chunk the kernel could not train: stop the run (``error``) or count it and leave its calls to train one at a time."""
@@ -416,11 +316,3 @@ def fail(
         ) from cause
     notes.count(f"the batched kernel failed ({why})", len(group))
     say(f"a {what} failed in the batched kernel ({why}); its clients train one at a time")
-
-
-def start_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach() for k, v in model.state_dict().items()}
-
-
-def prox_masks(call: FitCall) -> dict[str, torch.Tensor] | None:
-    return call.prox.masks if call.prox is not None else None

@@ -7,7 +7,7 @@ only for rounds of at least ``CPU_MIN_CLIENTS`` clients (on a CPU 2 stacked MLP 
 slower than 2 one after the other, 8 and more faster; docs/batched.md has the numbers).
 
 What one client adds to a chunk (:func:`client_bytes`), as the lanes and the kernel
-(``fedapp.batched.train``, ``fedapp.batched.pews``) allocate it:
+(``fedapp.batched.train`` and the FedPeWS warm-up kernel) allocate it:
 
 - its lane: the client's own model, its train and test data as put on the device, its
   method state there (FedProx's anchor; a FedPeWS warm-up's anchor; FedSelect's and FedSPU's

@@ -4,7 +4,7 @@ A method is a server policy (which clients train, what each one is sent, how
 replies are weighted, what is remembered between rounds) and a client policy (what
 trains, what is uploaded, what extra loss, what state persists), registered as a
 ``Method`` (fedapp.methods.registry). Neither touches wire encoding, Flower plumbing or data
-loading (server/strategy.py and client/handlers.py do); the metrics a server policy returns from
+loading (strategy.py and client.py do); the metrics a server policy returns from
 ``after_round`` are its own namespace in metrics.jsonl and may not reuse a core key.
 """
 
@@ -19,11 +19,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedapp.batched.fit import local_fit
 from fedapp.core.aggregate import Contribution
 from fedapp.core.config import RunConfig
 from fedapp.core.state import StateStore
 from fedapp.core.state_rounds import Schema
-from fedapp.core.train import ExtraLoss, TrainSettings, TrainStats, proximal_term, trainer
+from fedapp.core.train import ExtraLoss, TrainSettings, TrainStats, proximal_term
 from fedapp.data import ClientData
 from fedapp.data.on_device import ClientTensors
 
@@ -205,11 +206,11 @@ class ClientPolicy:
         return proximal_term(self.cfg.proximal_mu, anchor, masks)
 
     def fit(self, job: ClientJob, grad_masks: dict[str, torch.Tensor] | None = None) -> TrainStats:
-        """The local-training step of ``train`` (train.local_train, or the engine's batched
-        executor in its place: ``train.trainer``); what comes before and after stays per client."""
+        """The local-training step of ``train``: ``local_train`` through the engine's park point
+        (``batched.fit.local_fit``); what comes before and after stays per client."""
         x, y = job.tensors()
         extra = self.extra_loss(job.model, grad_masks)
-        return trainer()(job.model, x, y, settings_of(self.cfg), job.gen, grad_masks, extra, augment=job.data.augment)
+        return local_fit(job.model, x, y, settings_of(self.cfg), job.gen, grad_masks, extra, augment=job.data.augment)
 
     def train(self, job: ClientJob) -> ClientResult:
         stats = self.fit(job)

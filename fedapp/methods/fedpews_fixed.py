@@ -6,7 +6,8 @@ layer for W rounds. No scores, no diversity term; masked training, masked averag
 the switch to the base method after W rounds are FedPeWS's; its only key is
 ``warmup-fraction`` (WarmupParams), so FedPeWS's mask keys are reported as unused, not ignored. With one mask for the whole
 round, the shared training loop (train.local_train) does the masked training: forward
-masking by activation hooks and the parameter masks as gradient masks.
+masking by activation hooks and the parameter masks as gradient masks; the in-process engine
+trains many clients' warm-ups together with ``pews_fixed_kernel.py``.
 """
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedapp.batched.fit import FitCall
+from fedapp.batched.seam import park
 from fedapp.core.config import RunConfig
 from fedapp.core.masks import NeuronLayout, model_param_masks, neuron_layout
-from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, NodeTask, RecordSpec, Reply, train_metrics
+from fedapp.core.train import TrainStats
+from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, NodeTask, RecordSpec, Reply, settings_of, train_metrics
 from fedapp.methods.fedpews import PeWSServer, WarmupParams, mask_stats
 from fedapp.methods.metric_names import WARMUP
-from fedapp.methods.pews_train import input_masks, masks_to_records, records_to_masks
+from fedapp.methods.pews_fixed_kernel import FixedWarmupCall
+from fedapp.methods.pews_train import masks_to_records, records_to_masks
 
 BLOCK = "pews-neuron-mask"
 
@@ -71,12 +76,15 @@ class FixedClient(ClientPolicy):
             return super().train(job)
         layout: NeuronLayout = neuron_layout(job.model)
         mask = records_to_masks(job.records[BLOCK], layout)
-        pieces = layout.split(mask)
-        masks = model_param_masks(job.model, pieces)
+        masks = model_param_masks(job.model, layout.split(mask))
         params = dict(job.model.named_parameters())
         grad_masks = job.to_device({n: m for n, m in masks.items() if n in params})
-        with input_masks(job.model, layout, [torch.from_numpy(p.astype(np.float32)).to(job.device) for p in pieces]):
-            stats = self.fit(job, grad_masks)
+        x, y = job.tensors()
+        local = FitCall(
+            job.model, x, y, settings_of(self.cfg), job.gen, grad_masks, self.extra_loss(job.model, grad_masks), job.data.augment
+        )
+        neurons = torch.from_numpy(mask.astype(np.float32)).to(job.device)
+        stats: TrainStats = park(FixedWarmupCall(local, layout, neurons))  # one at a time, or batched (pews_fixed_kernel)
         return ClientResult({**train_metrics(stats), "mask-density": float(mask.mean())}, masks=masks)
 
 

@@ -26,8 +26,9 @@ import math
 import numpy as np
 import torch
 
+from fedapp.batched.fit import local_fit
 from fedapp.core.config import MAX_EPOCHS, MAX_ROUNDS, fraction, integer_in, key, one_of, unit_interval
-from fedapp.core.train import TrainStats, trainer
+from fedapp.core.train import TrainStats
 from fedapp.methods.base import ClientJob, Method, settings_of
 from fedapp.methods.personal import Masks, PersonalClient, PersonalServer
 
@@ -111,7 +112,7 @@ def local_alt(job: ClientJob, m_cur: Masks, epochs: int) -> TrainStats:
         order = job.gen.get_state()
         for masks in passes:
             job.gen.set_state(order)
-            stats = trainer()(job.model, x, y, settings, job.gen, masks, None, augment=job.data.augment)
+            stats = local_fit(job.model, x, y, settings, job.gen, masks, None, augment=job.data.augment)
             losses.append(stats.loss)
             steps, seconds = steps + stats.steps, seconds + stats.seconds
     return TrainStats(float(np.mean(losses)) if losses else 0.0, int(x.shape[0]), steps, seconds)
