@@ -51,7 +51,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         Console().print(Markdown(md))
     else:
         print(md)
-    print(f"plot: {png}\ntable: {out / 'report.md'}")
+    print(f"plot: {png} (and .pdf, .svg)\ntable: {out / 'report.md'}\nnumbers: {out / 'summary.csv'}, {out / 'summary.json'}")
     return 0
 
 
