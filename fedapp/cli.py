@@ -24,7 +24,10 @@ def overrides_of(items: list[str]) -> dict[str, object]:
 def cmd_run(args: argparse.Namespace) -> int:
     from fedapp.engine.run_local import run_local
     from fedapp.progress import interactive
+    from fedapp.run_log import plain_console
 
+    if not interactive():
+        plain_console()  # Flower's colour codes are noise in a pipe or a log file
     out = run_local(overrides_of(args.config), progress=interactive() and not args.no_progress)
     print(f"results in {out}")
     return 0

@@ -36,6 +36,7 @@ from fedapp.provenance import collect
 from fedapp.results import RunWriter, resolved_config
 from fedapp.roster import Roster
 from fedapp.run_checks import check_run
+from fedapp.run_log import RunLog
 from fedapp.runtime import configure_determinism, configure_threads
 from fedapp.state import unkeyed_files
 from fedapp.state_rounds import Lineage
@@ -68,6 +69,17 @@ def serve(
     folder changes until the config is valid, the folder may be used (fedapp.rundir), its lock
     is held and discovery found every partition; a failure after the lock is recorded in the
     folder's failure.json (what `fedapp sim` reports)."""
+    run_log = RunLog()  # held until the run starts, then <run-dir>/run.log
+    try:
+        return _serve(grid, raw_config, base, provenance, discovery_timeout, report, run_log)
+    finally:
+        run_log.close()
+
+
+def _serve(
+    grid: Grid, raw_config: Mapping[str, Any], base: Path | None, provenance: dict[str, Any] | None,
+    discovery_timeout: float | None, report: RoundReporter | None, run_log: RunLog,
+) -> Path:  # fmt: skip
     cfg, method, params = resolve(raw_config)
     configure_threads(cfg.num_threads)
     configure_determinism(cfg.deterministic)
@@ -112,6 +124,7 @@ def serve(
         if cfg.overwrite:
             rundir.clear(run_dir)
         started = True
+        run_log.open(run_dir, append=ckpt is not None)
         writer = RunWriter(run_dir, config, keep_rounds=ckpt.round if ckpt else 0, provenance=collect(cfg, provenance))
         with contextlib.suppress(FileNotFoundError):
             (run_dir / rundir.FAILURE).unlink()  # an earlier attempt's reason no longer applies
@@ -126,6 +139,8 @@ def serve(
                 sink.close()
     except BaseException as err:
         rundir.record_failure(run_dir, one_line(err), "rounds" if started else "start")
+        if started:
+            run_log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ERROR run failed: {one_line(err)} (failure.json)")
         raise
     finally:
         lock.release(remove_if_empty=not started)
