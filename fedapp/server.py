@@ -35,13 +35,13 @@ from fedapp.progress import RoundLog, RoundReporter
 from fedapp.provenance import collect
 from fedapp.results import RunWriter, resolved_config
 from fedapp.roster import Roster
+from fedapp.row_sinks import RowSink, open_sinks
 from fedapp.run_checks import check_run
 from fedapp.run_log import RunLog
 from fedapp.runtime import configure_determinism, configure_threads
 from fedapp.state import unkeyed_files
 from fedapp.state_rounds import Lineage
 from fedapp.strategy import EvalResult, MaskedStrategy, RoundResult
-from fedapp.tensorboard_sink import TensorBoardSink, open_sink
 
 log = logging.getLogger("flwr")
 
@@ -86,7 +86,7 @@ def _serve(
     device = process_device(cfg.device)  # central evaluation runs on the server's own device
     run_dir = rundir.resolve(cfg.run_dir, cfg.method, cfg.dataset, base)
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
-    sink = open_sink(cfg)  # a missing tensorboard package stops the run here, before any training
+    sink = open_sinks(cfg)  # a missing tensorboard or mlflow package stops the run here, before any training
     if cfg.num_clients:  # a split or setting that cannot work fails before any waiting
         check_settings(cfg, method, params, raw_config)
     lock = rundir.RunLock(run_dir).acquire()
@@ -191,7 +191,7 @@ def round_row(rnd: int, acc: float, loss: float, result: RoundResult, evaluated:
 def rounds(
     grid: Grid, cfg: RunConfig, method: Method, params: Any, ds: Dataset, model: torch.nn.Module,
     initial: dict[str, np.ndarray], roster: Roster, writer: RunWriter, ckpt: checkpoint.Checkpoint | None,
-    config: dict[str, Any], report: RoundReporter, sink: TensorBoardSink | None,
+    config: dict[str, Any], report: RoundReporter, sink: RowSink | None,
 ) -> None:  # fmt: skip
     """The round loop proper, from the first round not yet checkpointed; ``config`` is the
     resolved run-config every checkpoint records."""
