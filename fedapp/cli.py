@@ -71,7 +71,10 @@ def cmd_keys(args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedapp", description="Partial-network federated learning on Flower")
     sub = p.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="run a federation in-process (same server/client code as `flwr run`, no Ray)")
+    r = sub.add_parser(
+        "run", help="run a federation in-process (same server/client code as `flwr run`, no Ray)",
+        epilog='example: fedapp run configs/demo-digits-fedavg.toml "num-server-rounds=5 seed=1"  (the file, then the overrides)',
+    )  # fmt: skip
     r.add_argument("config", nargs="*", help='run-config TOML files and/or "key=value ..." overrides, applied in order')
     r.add_argument("--no-progress", action="store_true", help="one log line per round, not the progress bar (shown in a terminal)")
     r.set_defaults(fn=cmd_run)

@@ -4,9 +4,8 @@ accelerator FutureWarning filtered once client_app is imported."""
 
 from __future__ import annotations
 
-import re
-
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
