@@ -24,7 +24,10 @@ def overrides_of(items: list[str]) -> dict[str, object]:
 def cmd_run(args: argparse.Namespace) -> int:
     from fedapp.engine.run_local import run_local
     from fedapp.server.progress import interactive
+    from fedapp.server.run_log import plain_console
 
+    if not interactive():
+        plain_console()  # Flower's colour codes are noise in a pipe or a log file
     out = run_local(overrides_of(args.config), progress=interactive() and not args.no_progress)
     print(f"results in {out}")
     return 0
@@ -51,7 +54,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         Console().print(Markdown(md))
     else:
         print(md)
-    print(f"plot: {png}\ntable: {out / 'report.md'}")
+    print(f"plot: {png} (and .pdf, .svg)\ntable: {out / 'report.md'}\nnumbers: {out / 'summary.csv'}, {out / 'summary.json'}")
     return 0
 
 
@@ -68,7 +71,10 @@ def cmd_keys(args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedapp", description="Partial-network federated learning on Flower")
     sub = p.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="run a federation in-process (same server/client code as `flwr run`, no Ray)")
+    r = sub.add_parser(
+        "run", help="run a federation in-process (same server/client code as `flwr run`, no Ray)",
+        epilog='example: fedapp run configs/demo-digits-fedavg.toml "num-server-rounds=5 seed=1"  (the file, then the overrides)',
+    )  # fmt: skip
     r.add_argument("config", nargs="*", help='run-config TOML files and/or "key=value ..." overrides, applied in order')
     r.add_argument("--no-progress", action="store_true", help="one log line per round, not the progress bar (shown in a terminal)")
     r.set_defaults(fn=cmd_run)

@@ -5,6 +5,7 @@ accelerator FutureWarning filtered once client_app is imported."""
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -66,3 +67,21 @@ print([str(w.message) for w in seen])
 """
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['another FutureWarning']"
+
+
+def test_the_bar_names_each_time_after_it() -> None:
+    """Elapsed then remaining, each followed by its word: "0:00:01 left 0:00:00" read as one second left."""
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from fedapp.server.progress import _columns
+
+    out = io.StringIO()
+    with Progress(*_columns(), console=Console(file=out, width=120, force_terminal=False), auto_refresh=False) as bar:
+        task = bar.add_task("fedavg", total=4)
+        bar.update(task, completed=4)
+        bar.refresh()
+    line = out.getvalue().strip().splitlines()[-1]
+    assert re.search(r"4/4 (\d+:\d\d:\d\d|-:--:--) elapsed, (\d+:\d\d:\d\d|-:--:--) left$", line), line

@@ -67,7 +67,7 @@ def test_mixed_targets_use_each_groups_own_target(tmp_path: Path) -> None:
     ]
     md, _ = report(runs, tmp_path / "out", per_seed=True)
     assert "rounds to target" in md
-    assert "| a | fedavg | 1 | 95.00 | 95.00 | 3.0 @ 90% |" in md and "| b | fedavg | 1 | 95.00 | 95.00 | 2.0 @ 75% |" in md
+    assert "| a | fedavg | 1 | 95.00 | 95.00 | 3 @ 90% |" in md and "| b | fedavg | 1 | 95.00 | 95.00 | 2 @ 75% |" in md
     assert "| a | 95.00 (3) | — |" in md and "| b | 95.00 (2) | +0.00 (1 seeds) |" in md
     one, _ = report(runs[:1], tmp_path / "one")
-    assert "rounds to 90%" in one and "| 3.0 |" in one
+    assert "rounds to 90%" in one and "| 3 |" in one

@@ -43,5 +43,5 @@ def test_tier_table_counts_client_rounds_and_medians(tmp_path: Path) -> None:
     assert lines[0].endswith("| train s, p=0.5 | train s, p=1 |")
     cells = [c.strip() for c in lines[2].split("|")[1:-1]]
     assert cells[:4] == ["x", "fedspu", "2", "80.00 ± 14.14"]  # final accuracies 0.7 and 0.9
-    assert cells[4:8] == ["2.5 ± 0.7", "4.0 ± 1.4", "50.0 ± 17.7 %", "2.5 ± 0.7 (80.00 ± 14.14)"]
+    assert cells[4:8] == ["2.5 ± 0.7", "4 ± 1.4", "50.0 ± 17.7 %", "2.5 ± 0.7 (80.00 ± 14.14)"]
     assert cells[8:] == ["2.0000", "3.0000"]  # p = 0.5: median(1, 3); p = 1: median(4, 2)

@@ -151,6 +151,23 @@ def energy_meter_check(v: Any) -> str | None:
     return "auto, none, external, jetson, rapl, nvml, or distinct back ends joined by '+' such as 'rapl+nvml'"
 
 
+MLFLOW_SCHEMES = ("sqlite", "file", "http", "https", "postgresql", "mysql", "databricks")
+
+
+@allows("empty (off), local (<run-dir>/mlflow.db), or an MLflow tracking URI: sqlite:////abs/path.db, http(s)://host:port, ...")
+def mlflow_uri_check(v: Any) -> str | None:
+    """Syntax only; a relative path would resolve against whichever folder the server process runs in."""
+    text = str(v)
+    scheme = text.split(":", 1)[0] if ":" in text else ""
+    if text in ("", "local") or (scheme in MLFLOW_SCHEMES and (scheme != "sqlite" or text.startswith("sqlite:////"))):
+        return None
+    return (
+        "empty, local, or a tracking URI with scheme "
+        + ", ".join(MLFLOW_SCHEMES)
+        + " (sqlite with an absolute path: sqlite:////abs/path.db)"
+    )
+
+
 DEVICE_RE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
 
@@ -281,6 +298,7 @@ class RunConfig:
         "", numbers=(int,), doc="Jetson rails / RAPL domains / NVML GPU indices to sum, comma-separated; empty: the meter's default"
     )
     tensorboard: bool = key(False, doc="also write each round's metrics to <run-dir>/tensorboard (needs the tensorboard package)")
+    mlflow_uri: str = key("", mlflow_uri_check, "also log the config and each round's metrics to MLflow (needs mlflow); empty: off")
 
     @property
     def hidden_widths(self) -> tuple[int, ...]:

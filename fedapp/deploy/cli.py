@@ -163,13 +163,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.set_defaults(fn=cmd_certs)
 
     p = dsub.add_parser("keys", help="SuperNode authentication keys (EC P-256, OpenSSH format)")
-    p.add_argument("--nodes", type=int, required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--prefix", default="supernode")
+    p.add_argument("--nodes", type=int, required=True, help="how many SuperNodes: one key pair each, numbered 0..N-1")
+    p.add_argument("--out", required=True, help="folder for the key pairs (existing pairs are kept, not replaced)")
+    p.add_argument("--prefix", default="supernode", help="file name before -<i>: <out>/<prefix>-<i> and .pub (default supernode)")
     p.set_defaults(fn=cmd_keys)
 
     p = dsub.add_parser("connection", help="add a SuperLink connection to $FLWR_HOME/config.toml for `flwr run . NAME`")
-    p.add_argument("--name", required=True)
+    p.add_argument("--name", required=True, help="connection name, as in `flwr run . NAME`")
     p.add_argument("--address", required=True, help="HOST:PORT of the SuperLink itself: 127.0.0.1:9093 on its host or through `ssh -L`")
     p.add_argument("--ca", help="CA certificate (ca.crt) that signed the SuperLink's certificate")
     p.add_argument("--insecure", action="store_true", help="plain HTTP (only for a SuperLink started with --insecure)")
@@ -178,7 +178,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.set_defaults(fn=cmd_connection)
 
     p = dsub.add_parser("register", help="register SuperNode public keys with the SuperLink (flwr supernode register)")
-    p.add_argument("--connection", required=True)
+    p.add_argument("--connection", required=True, help="connection name from `fedapp deploy connection` (the SuperLink to register with)")
     p.add_argument(
         "public_keys", nargs="+", metavar="[PARTITION=]KEY.pub",
         help="a node's public key; PARTITION= binds it to that partition: the node may serve no other (docs/deploy.md)",
@@ -213,12 +213,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--superlink", required=True, help="HOST:PORT the devices dial (the proxy: `fedapp deploy superlink --host/--port`)")
     p.add_argument("--ca", help="CA certificate (ca.crt)")
     p.add_argument("--key", help="this node's private key (from `fedapp deploy keys`, registered)")
-    p.add_argument("--partition-id", type=int, required=True)
-    p.add_argument("--num-partitions", type=int, required=True)
+    p.add_argument("--partition-id", type=int, required=True, help="this node's partition of the data: 0..num-partitions-1")
+    p.add_argument("--num-partitions", type=int, required=True, help="partitions in the federation (the run's num-clients)")
     p.add_argument("--state-dir", required=True, help="where client state persists (masks, personal parameters, flags)")
     p.add_argument("--data-root", default=None, help="dataset folder on this device (overrides the run-config's data-root)")
     p.add_argument("--tier", default=None, help="device tier reported to the server (e.g. low, mid, high)")
-    p.add_argument("--device-name", default=socket.gethostname())
+    p.add_argument("--device-name", default=socket.gethostname(), help="name reported to the server (default: this host's name)")
     p.add_argument("--device", default=None, help="torch device to train on (auto, cpu, cuda, cuda:N, mps); wins over the run-config")
     p.add_argument("--energy-sysfs-root", help="sysfs root the jetson and rapl meters read (default /sys; a host /sys in a container)")
     p.add_argument("--energy-tegrastats", help="tegrastats command (--interval is appended) or a --logfile to follow (default tegrastats)")

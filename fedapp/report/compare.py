@@ -26,6 +26,7 @@ from fedapp.report.anomaly import anomaly_table
 from fedapp.report.plot import plot
 from fedapp.report.provenance import provenance
 from fedapp.report.sections import group_target, per_seed_table, warmup_table
+from fedapp.report.summary import summarise, write_summary
 from fedapp.server.results import Run, read_config_and_provenance, read_metrics
 
 IGNORED_IN_GROUPING = {"seed", "run-dir", "resume", "overwrite", "discovery-timeout", "provenance"}  # how and where a run started
@@ -82,13 +83,27 @@ def mean_std(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
     return f"{statistics.mean(vals):.{digits}f} ± {statistics.stdev(vals):.{digits}f}"
 
 
+def whole(v: float) -> str:
+    """A count of rounds: ``13``, not ``13.0``; a mean between whole numbers keeps one decimal."""
+    return f"{v:.0f}" if float(v).is_integer() else f"{v:.1f}"
+
+
+def rounds_stat(values: list[float]) -> str:
+    """mean ± std of round counts, whole numbers printed as integers."""
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return whole(values[0])
+    return f"{whole(statistics.mean(values))} ± {whole(statistics.stdev(values))}"
+
+
 def rounds_cell(rounds: list[int | None]) -> str:
     reached = [r for r in rounds if r is not None]
     if not reached:
         return "×"
     if len(reached) == 1 and len(rounds) > 1:
         return f"NA ({reached[0]})"
-    return mean_std([float(r) for r in reached], digits=1) + (f" ({len(reached)}/{len(rounds)})" if len(reached) < len(rounds) else "")
+    return rounds_stat([float(r) for r in reached]) + (f" ({len(reached)}/{len(rounds)})" if len(reached) < len(rounds) else "")
 
 
 def table(runs: list[Run], target: float | None, key: str = "accuracy", ignore: frozenset[str] = frozenset()) -> str:
@@ -192,8 +207,14 @@ def report(
         md += "\n" + anomalies
     md += "\n" + provenance(groups, ignore)
     out = Path(out_dir)
+    for stale in out.glob(f"{key}-groups.*"):  # an earlier report's panels for more groups than this one has
+        stale.unlink()
+    write_summary(summarise(groups, target, key), out, key)
     png = plot(groups, out / f"{key}.png", key, direction)
-    (out / "report.md").write_text(md + f"\n![{key}]({png.name})\n")
+    groups_png = png.with_name(f"{png.stem}-groups.png")
+    figures = f"\n![{key}]({png.name})\n" + (f"\n![{key}, one panel per group]({groups_png.name})\n" if groups_png.exists() else "")
+    figures += "\nFigures also as PDF and SVG beside the PNG; the table's numbers per group and per seed: summary.csv, summary.json.\n"
+    (out / "report.md").write_text(md + figures)
     return md, png
 
 
@@ -223,7 +244,7 @@ def tier_table(runs: list[Run], key: str = "personalized_accuracy", ignore: froz
         budget = [_round_budget(r.config) for r in group]
         saved = [1 - c / b for c, b in zip(client_rounds, budget, strict=True) if b]
         code = [(int(row["round"]), float(row.get(key) or 0)) for r in group for row in r.rows if ES_ROUND_CODE in row]
-        code_cell = f"{mean_std([float(c[0]) for c in code], digits=1)} ({mean_std([c[1] for c in code], 100)})" if code else "—"
+        code_cell = f"{rounds_stat([float(c[0]) for c in code])} ({mean_std([c[1] for c in code], 100)})" if code else "—"
         secs: dict[float, list[float]] = {p: [] for p in fractions}
         for run in group:
             for row in run.rows[1:]:
@@ -232,7 +253,7 @@ def tier_table(runs: list[Run], key: str = "personalized_accuracy", ignore: froz
                         secs[float(p)].append(float(row["train_seconds"][pid]))
         lines.append(
             f"| {name} | {group[0].config.get('method', '?')} | {len(group)} | {mean_std(finals, 100)} | "
-            f"{mean_std([float(len(r.rows)) for r in group], digits=1)} | {mean_std(client_rounds, digits=1)} | "
+            f"{rounds_stat([float(len(r.rows)) for r in group])} | {rounds_stat(client_rounds)} | "
             f"{mean_std(saved, 100, 1)} % | {code_cell} |" + "".join(f" {_median(secs[p])} |" for p in fractions)
         )
     return "\n".join(lines) + "\n"

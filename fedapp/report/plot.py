@@ -4,7 +4,9 @@ plots that lists at most ``LEGEND_CAP`` groups, integer round ticks.
 
 Panels: the metric by round, by cumulative MB on the wire and (when the runs have
 joules) by cumulative energy; the x value of a round on the last two is the mean
-over the group's seeds that have that round.
+over the group's seeds that have that round. Every figure is written as PNG (shown in
+report.md) and as PDF and SVG beside it; with more than ``SMALL_MULTIPLES_FROM`` groups a
+second figure, ``<metric>-groups``, gives each group a panel of its own.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ if TYPE_CHECKING:
 
 LEGEND_CAP = 20  # groups named in the legend; more are drawn, and the legend says how many it leaves out
 LEGEND_COLUMNS = 4
+SMALL_MULTIPLES_FROM = 6  # more groups than this also get <metric>-groups.png: one panel per group
+SMALL_MULTIPLES_COLUMNS = 4
 
 METRIC_LABELS = {
     "accuracy": "global test accuracy",
@@ -129,9 +133,51 @@ def plot(groups: dict[str, list[Run]], out: Path, key: str = "accuracy", directi
     fig.legend(handles, labels, loc="lower center", ncol=min(LEGEND_COLUMNS, max(1, len(labels))), fontsize=8, frameon=False)
     fig.text(0.995, 0.005, "lines: mean over seeds; bands: ± 1 std", ha="right", va="bottom", fontsize=7, color="0.4")
     fig.tight_layout(rect=(0, legend_in / (4.5 + legend_in), 1, 1))
+    save(fig, out)
+    if len(groups) > SMALL_MULTIPLES_FROM:
+        small_multiples(groups, out.with_name(f"{out.stem}-groups{out.suffix}"), key)
+    return out
+
+
+def save(fig: object, out: Path) -> None:
+    """``out`` (PNG, for report.md) and the same figure as PDF and SVG beside it (vector, for a paper)."""
+    import matplotlib.pyplot as plt
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    for suffix in (out.suffix, ".pdf", ".svg"):
+        fig.savefig(out.with_suffix(suffix), dpi=120)  # type: ignore[attr-defined]
+    plt.close(fig)  # type: ignore[arg-type]
+
+
+def small_multiples(groups: dict[str, list[Run]], out: Path, key: str = "accuracy") -> Path:
+    """One small panel per group (its mean and band by round, the other groups' means in light
+    grey behind it), on shared axes: many groups stay readable where one panel's colours repeat."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    bands = {name: band(group, metric(key)) for name, group in groups.items()}
+    cols = min(SMALL_MULTIPLES_COLUMNS, len(bands))
+    rows = math.ceil(len(bands) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 2.4 * rows), sharex=True, sharey=True, squeeze=False)
+    for ax, (name, b) in zip(axes.flat, bands.items(), strict=False):
+        for other in bands.values():
+            ax.plot(other.rounds, other.mean, color="0.85", lw=0.8)
+        ax.plot(b.rounds, b.mean, color="C0", lw=1.4)
+        fill(ax, b.rounds, b, matplotlib.colors.to_rgba("C0"))
+        ax.set_title(f"{name} ({len(groups[name])} seed{'s' if len(groups[name]) > 1 else ''})", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in list(axes.flat)[len(bands) :]:
+        ax.set_visible(False)
+    label = metric_label(key)
+    fig.supxlabel("round")
+    fig.supylabel(label)
+    fig.suptitle(f"{label} by round, one panel per group (grey: the other groups)", fontsize=10)
+    fig.tight_layout()
+    save(fig, out)
     return out
 
 

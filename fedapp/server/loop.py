@@ -39,9 +39,10 @@ from fedapp.server.progress import RoundLog, RoundReporter
 from fedapp.server.provenance import collect
 from fedapp.server.results import RunWriter, resolved_config
 from fedapp.server.roster import Roster
+from fedapp.server.row_sinks import RowSink, open_sinks
 from fedapp.server.run_checks import check_run
+from fedapp.server.run_log import RunLog
 from fedapp.server.strategy import EvalResult, MaskedStrategy, RoundResult
-from fedapp.server.tensorboard_sink import TensorBoardSink, open_sink
 
 log = logging.getLogger("flwr")
 
@@ -69,13 +70,24 @@ def serve(
     folder changes until the config is valid, the folder may be used (fedapp.server.rundir), its lock
     is held and discovery found every partition; a failure after the lock is recorded in the
     folder's failure.json (what `fedapp sim` reports)."""
+    run_log = RunLog()  # held until the run starts, then <run-dir>/run.log
+    try:
+        return _serve(grid, raw_config, base, provenance, discovery_timeout, report, run_log)
+    finally:
+        run_log.close()
+
+
+def _serve(
+    grid: Grid, raw_config: Mapping[str, Any], base: Path | None, provenance: dict[str, Any] | None,
+    discovery_timeout: float | None, report: RoundReporter | None, run_log: RunLog,
+) -> Path:  # fmt: skip
     cfg, method, params = resolve(raw_config)
     configure_threads(cfg.num_threads)
     configure_determinism(cfg.deterministic)
     device = process_device(cfg.device)  # central evaluation runs on the server's own device
     run_dir = rundir.resolve(cfg.run_dir, cfg.method, cfg.dataset, base)
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
-    sink = open_sink(cfg)  # a missing tensorboard package stops the run here, before any training
+    sink = open_sinks(cfg)  # a missing tensorboard or mlflow package stops the run here, before any training
     if cfg.num_clients:  # a split or setting that cannot work fails before any waiting
         check_settings(cfg, method, params, raw_config)
     lock = rundir.RunLock(run_dir).acquire()
@@ -113,6 +125,7 @@ def serve(
         if cfg.overwrite:
             rundir.clear(run_dir)
         started = True
+        run_log.open(run_dir, append=ckpt is not None)
         writer = RunWriter(run_dir, config, keep_rounds=ckpt.round if ckpt else 0, provenance=collect(cfg, provenance))
         with contextlib.suppress(FileNotFoundError):
             (run_dir / rundir.FAILURE).unlink()  # an earlier attempt's reason no longer applies
@@ -127,6 +140,8 @@ def serve(
                 sink.close()
     except BaseException as err:
         rundir.record_failure(run_dir, one_line(err), "rounds" if started else "start")
+        if started:
+            run_log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ERROR run failed: {one_line(err)} (failure.json)")
         raise
     finally:
         lock.release(remove_if_empty=not started)
@@ -177,7 +192,7 @@ def round_row(rnd: int, acc: float, loss: float, result: RoundResult, evaluated:
 def rounds(
     grid: Grid, cfg: RunConfig, method: Method, params: Any, ds: Dataset, model: torch.nn.Module,
     initial: dict[str, np.ndarray], roster: Roster, writer: RunWriter, ckpt: checkpoint.Checkpoint | None,
-    config: dict[str, Any], report: RoundReporter, sink: TensorBoardSink | None,
+    config: dict[str, Any], report: RoundReporter, sink: RowSink | None,
 ) -> None:  # fmt: skip
     """The round loop proper, from the first round not yet checkpointed; ``config`` is the
     resolved run-config every checkpoint records."""

@@ -73,7 +73,8 @@ def _columns(*middle: Any) -> tuple[Any, ...]:
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     head = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    return (*head, *middle, TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
+    # "0:00:12 elapsed, 0:01:30 left": each time named after it, so neither reads as the other
+    return (*head, *middle, TimeElapsedColumn(), TextColumn("elapsed,"), TimeRemainingColumn(), TextColumn("left"))
 
 
 @contextmanager

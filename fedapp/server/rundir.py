@@ -35,7 +35,7 @@ FAILURE = "failure.json"
 # what a run writes into its folder; rows in metrics.jsonl, a checkpoint or a model are results
 # (a start that finished no round leaves only config.json, meters.json and no rows)
 RESULTS = ("metrics.jsonl", "checkpoint.npz", "model.npz")
-RUN_FILES = (*RESULTS, "config.json", "meters.json", "metrics-energy.jsonl", FAILURE)
+RUN_FILES = (*RESULTS, "config.json", "meters.json", "metrics-energy.jsonl", FAILURE, "run.log", "mlflow.json", "mlflow.db")
 CLIENT_STATE = "client-state"  # the simulation's disk-stored client state: <run-dir>/client-state/<run token>
 RUN_DIRS = (CLIENT_STATE,)
 DEVICE_ROOTS = (Path("/dev"), Path("/proc"), Path("/sys"))

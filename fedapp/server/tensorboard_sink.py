@@ -2,7 +2,7 @@
 round's metrics row, as written to metrics.jsonl, also goes to ``<run-dir>/tensorboard``
 as a scalar at step = round. Off by default; the ``tensorboard`` package is not a
 dependency of fedapp, and a run that asks for it without the package installed stops
-before its first round with one line saying how to install it."""
+before its first round with one line saying how to install it. One of the row sinks (fedapp.server.row_sinks)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedapp.core.config import ConfigError, RunConfig
+from fedapp.core.config import ConfigError
 
 FOLDER = "tensorboard"
 
@@ -41,7 +41,3 @@ class TensorBoardSink:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
-
-
-def open_sink(cfg: RunConfig) -> TensorBoardSink | None:
-    return TensorBoardSink(cfg.run_dir) if cfg.tensorboard else None

@@ -30,6 +30,7 @@ from typing import Any
 from fedapp.core.config import ConfigError, RunConfig, parse
 from fedapp.core.toml_text import toml_value
 from fedapp.server import checkpoint, rundir
+from fedapp.server.run_log import plain
 from fedapp.sim.flower_home import checkout_env, port_owner_problem
 
 ERROR_LINE = re.compile(r"fedapp: error: (.*)$")
@@ -107,7 +108,9 @@ def run(overrides: Mapping[str, Any], app: Path, federation_config: str | None) 
         assert proc.stdout is not None
         tail: list[str] = []
         quiet = False  # after our one-line error, Flower's traceback of the same exception is left out
+        colour = sys.stdout.isatty()  # a pipe or file gets Flower's log without its colour codes
         for line in proc.stdout:
+            line = line if colour else plain(line)
             tail = [*tail[-199:], line]
             if quiet:
                 continue
