@@ -26,7 +26,8 @@ def file_of(nodeid: str) -> str:
 class LongestFileFirst(LoadFileScheduling):
     def __init__(self, config: pytest.Config, log: Any = None) -> None:
         super().__init__(config, log)
-        self.seconds: dict[str, float] = config.cache.get(CACHE_KEY, {}) if config.cache else {}
+        cache = getattr(config, "cache", None)  # absent under -p no:cacheprovider
+        self.seconds: dict[str, float] = cache.get(CACHE_KEY, {}) if cache is not None else {}
 
     def _assign_work_unit(self, node: Any) -> None:
         if self.seconds:
@@ -55,7 +56,8 @@ class FileSeconds:
         self.seconds[file_of(report.nodeid)] += report.duration
 
     def save(self, config: pytest.Config) -> None:
-        if config.cache is not None and self.seconds:
-            known = dict(config.cache.get(CACHE_KEY, {}))
+        cache = getattr(config, "cache", None)
+        if cache is not None and self.seconds:
+            known = dict(cache.get(CACHE_KEY, {}))
             known.update({k: round(v, 2) for k, v in self.seconds.items()})
-            config.cache.set(CACHE_KEY, known)
+            cache.set(CACHE_KEY, known)
