@@ -21,7 +21,8 @@ Faults: messages are one Ray task each (with ``client-batch`` > 1, a worker's sh
 round's train messages is one task). A worker that dies costs the messages it had not
 finished: each is that client's failure (error reply, named in the round's failed_pids), not
 retried, because a client that kills its worker (out of memory, a crash in native code) would
-kill the retry too. Before the next message the dead worker is replaced; a replacement Ray cannot
+kill the retry too. As in one process, ``round-timeout`` is not applied: every live worker is
+waited for (Ray reports a dead one at once). Before the next message the dead worker is replaced; a replacement Ray cannot
 place within ``RESTART_TIMEOUT`` is dropped and its nodes go to the other workers; with none left
 the run stops with one line (``EngineWorkersLost``) and ``resume = true`` continues from the last
 checkpoint.
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +46,7 @@ from fedapp.engine.local_grid import LocalGrid
 log = logging.getLogger("flwr")
 
 RESTART_TIMEOUT = 60.0  # seconds a replacement worker may take to start
-WORKER_DIED = 503  # the Error code of a message whose worker died or timed out
+WORKER_DIED = 503  # the Error code of a message whose worker died
 
 Shipped = list[tuple[str, bool, Any]]  # a Context.state: (name, kept, the record or, where kept, the name it had)
 
@@ -88,9 +88,16 @@ def merge_notes(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 class EngineWorker:
-    """One Ray actor: a ``LocalGrid`` (same nodes, same node configs) that runs the messages it is sent."""
+    """One Ray actor: a ``LocalGrid`` (same nodes, same node configs) that runs the messages it is sent.
+    ``setup`` gives it a run's; an idle worker is set up again for the next run in the same Ray session."""
 
-    def __init__(self, client_app: ClientApp, run_config: Mapping[str, Any], num_nodes: int, node_configs: list[dict[str, Any]] | None):
+    def __init__(self) -> None:
+        self.grid: LocalGrid | None = None
+
+    def setup(
+        self, client_app: ClientApp, run_config: Mapping[str, Any], num_nodes: int, node_configs: list[dict[str, Any]] | None
+    ) -> None:
+        self.close()
         self.grid = LocalGrid(client_app, run_config, num_nodes, node_configs)
 
     def where(self) -> tuple[str, int]:
@@ -98,6 +105,7 @@ class EngineWorker:
         return ray.util.get_node_ip_address(), os.getpid()
 
     def run(self, messages: list[Message], states: list[RecordDict]) -> tuple[list[Message], list[Shipped], dict[str, Any], float]:
+        assert self.grid is not None, "setup first"
         befores = []
         for msg, state in zip(messages, states, strict=True):
             self.grid.contexts[msg.metadata.dst_node_id].state = state
@@ -109,7 +117,20 @@ class EngineWorker:
         return replies, back, notes, self.grid.client_seconds - start
 
     def close(self) -> None:
-        self.grid.close()
+        if self.grid is not None:
+            self.grid.close()
+            self.grid = None
+
+
+IDLE: dict[tuple[str, int, int], list[Any]] = {}  # (Ray job, CPUs, GPUs) -> workers a closed RayGrid left running
+
+
+def take_idle(key: tuple[str, int, int]) -> Any | None:
+    """A worker an earlier run of this Ray session left (start-up is seconds per worker), else None."""
+    for stale in [k for k in IDLE if k[0] != key[0]]:  # a Ray session since shut down
+        del IDLE[stale]
+    idle = IDLE.get(key, [])
+    return idle.pop(0) if idle else None
 
 
 @dataclass
@@ -169,11 +190,12 @@ class RayGrid(LocalGrid):
             threads = int(run_config.get("num-threads", 1))
             self.gpus = wants_gpus(str(run_config.get("device", "auto")), resources)
             count = worker_count(str(run_config.get("engine-workers", "1")), threads, self.gpus, resources)
-            remote = ray.remote(EngineWorker).options(  # type: ignore[attr-defined]
-                num_cpus=threads, num_gpus=1 if self.gpus else 0, scheduling_strategy="SPREAD", max_restarts=0
+            self.key = (ray.get_runtime_context().get_job_id(), threads, 1 if self.gpus else 0)
+            self.remote = ray.remote(EngineWorker).options(  # type: ignore[attr-defined]
+                num_cpus=threads, num_gpus=self.key[2], scheduling_strategy="SPREAD", max_restarts=0
             )
-            self._make = lambda: remote.remote(client_app, dict(run_config), num_nodes, node_configs)
-            self.slots = [Slot(self._make()) for _ in range(count)]
+            self.setup_args = (client_app, dict(run_config), num_nodes, node_configs)
+            self.slots = [Slot(take_idle(self.key) or self.remote.remote()) for _ in range(count)]
             for slot in self.slots:
                 self._locate(slot, RESTART_TIMEOUT * 5)  # the first start includes the workers' imports
         except BaseException:
@@ -185,7 +207,8 @@ class RayGrid(LocalGrid):
         log.info("engine-workers: %d Ray workers at %s", count, ", ".join(s.where for s in self.slots))
 
     def _locate(self, slot: Slot, timeout: float) -> None:
-        """Wait until the worker runs; note its node address and process id."""
+        """Set the worker up for this run; wait until it is; note its node address and process id."""
+        ray.get(slot.actor.setup.remote(*self.setup_args), timeout=timeout)
         slot.ip, slot.pid = ray.get(slot.actor.where.remote(), timeout=timeout)
 
     def revive(self) -> None:
@@ -197,7 +220,7 @@ class RayGrid(LocalGrid):
             if slot.dead:
                 old = slot.where
                 try:
-                    slot = Slot(self._make())
+                    slot = Slot(self.remote.remote())
                     self._locate(slot, RESTART_TIMEOUT)
                     log.warning("engine-workers: worker %d (%s) died; replaced by %s", i, old, slot.where)
                 except Exception as err:
@@ -258,16 +281,12 @@ class RayGrid(LocalGrid):
             msgs = [messages[i] for i in group]
             states = [self.contexts[m.metadata.dst_node_id].state for m in msgs]
             tasks.append((w, group, self.slots[w].actor.run.remote(msgs, states)))
-        deadline = None if timeout is None else time.monotonic() + timeout
         for w, group, ref in tasks:
             slot = self.slots[w]
             try:
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                got, back, notes, seconds = ray.get(ref, timeout=left)
+                got, back, notes, seconds = ray.get(ref)  # no timeout, as one process waits for every client
             except Exception as err:
-                if not slot.dead:
-                    slot.dead = True
-                    ray.kill(slot.actor)  # a worker past the timeout is stopped too, so it cannot answer late
+                slot.dead = True
                 why = f"engine worker {w} ({slot.where}) lost the message: {type(err).__name__}: {str(err).strip()[:200]}"
                 for i in group:
                     replies[i] = Message(Error(code=WORKER_DIED, reason=why), reply_to=messages[i])
@@ -283,9 +302,16 @@ class RayGrid(LocalGrid):
         return [r for r in replies if r is not None]
 
     def close(self) -> None:
-        """Stop the workers, and the local Ray where this grid started it."""
-        for slot in getattr(self, "slots", []):
-            ray.kill(slot.actor)
-        self.slots = []
-        if self.started_ray and ray.is_initialized():
-            ray.shutdown()
+        """Stop the local Ray where this grid started it; else keep the live workers for the next run."""
+        slots, self.slots = getattr(self, "slots", []), []
+        if self.started_ray:
+            ray.shutdown()  # also the processes of a start that failed half-way
+            return
+        for slot in slots:
+            if slot.dead:
+                continue
+            try:
+                ray.get(slot.actor.close.remote(), timeout=RESTART_TIMEOUT)
+                IDLE.setdefault(self.key, []).append(slot.actor)
+            except Exception:  # died after its last message
+                ray.kill(slot.actor)
