@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,7 +55,7 @@ def env() -> dict[str, str]:
 
 
 def start_node(ns: str, ip: str, tmp: Path, head: bool) -> subprocess.Popen[bytes]:
-    own = ["--head", "--port=6379", f"--temp-dir={tmp / 'ray-head'}", "--include-dashboard=false"]
+    own = ["--head", "--port=6379", f"--temp-dir={tmp / 'ray'}", "--include-dashboard=false"]
     role = own if head else [f"--address={HEAD_IP}:6379"]
     cmd = [RAY, "start", "--block", f"--node-ip-address={ip}", "--num-cpus=1", "--num-gpus=0", "--object-store-memory=100000000", *role]
     log = open(tmp / f"{ns}.log", "wb")  # noqa: SIM115 - kept open for the node's lifetime
@@ -105,6 +106,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     if os.geteuid() != 0 or not shutil.which("ip"):
         pytest.skip("needs root and iproute2 (network namespaces)")
     procs: list[subprocess.Popen[bytes]] = []
+    short = tmp_path
     try:
         for ns in (HEAD_NS, WORK_NS):
             sh("ip", "netns", "add", ns)
@@ -113,16 +115,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         for ns, dev, ip in ((HEAD_NS, f"{TAG}-h", HEAD_IP), (WORK_NS, f"{TAG}-w", WORK_IP)):
             sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
             sh("ip", "-n", ns, "link", "set", dev, "up")
-        procs.append(start_node(HEAD_NS, HEAD_IP, tmp_path, head=True))
-        wait_started(tmp_path, HEAD_NS, procs[0])
-        procs.append(start_node(WORK_NS, WORK_IP, tmp_path, head=False))
-        wait_started(tmp_path, WORK_NS, procs[1])
+        short = Path(tempfile.mkdtemp(prefix="rw", dir="/tmp"))  # Ray's socket paths must stay under 108 bytes
+        (short / "ray").mkdir()
+        procs.append(start_node(HEAD_NS, HEAD_IP, short, head=True))
+        wait_started(short, HEAD_NS, procs[0])
+        procs.append(start_node(WORK_NS, WORK_IP, short, head=False))
+        wait_started(short, WORK_NS, procs[1])
         assert alive_nodes() == [str(sorted([HEAD_IP, WORK_IP]))]
         yield tmp_path
     finally:
         stop(procs)
         for ns in (HEAD_NS, WORK_NS):  # deleting a namespace deletes its end of the veth, and with it the pair
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        if short != tmp_path:
+            shutil.rmtree(short, ignore_errors=True)
 
 
 def test_two_workers_on_two_namespaced_ray_nodes_train_the_clients_of_one_process(cluster: Path) -> None:
