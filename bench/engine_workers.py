@@ -7,7 +7,7 @@ Each run has 3 rounds; the number is the mean wall time of rounds 2-3 (round 1 i
 workers' data loading), the row's ``seconds``: the train phase, aggregation and the server's
 central evaluation. The 2-worker runs share one local Ray (2 CPUs), started before them and not
 counted. Prints the machine's load average: on a shared machine the ratio is contended.
-Usage: python bench/engine_workers.py [--clients 20]
+Usage: python bench/engine_workers.py [--clients 20] [--epochs 1] [--only cnn|pews]
 """
 
 from __future__ import annotations
@@ -38,21 +38,24 @@ def later_rounds(run_dir: Path) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", type=int, default=20)
+    ap.add_argument("--epochs", type=int, default=1, help="local epochs of both workloads (more: a more training-bound round)")
+    ap.add_argument("--only", choices=("cnn", "pews"), help="one workload")
     args = ap.parse_args()
     cnn = {
         "dataset": "digits", "model": "cnn", "partition": "iid", "num-clients": args.clients, "num-server-rounds": 3,
-        "local-epochs": 1, "lr": 0.05,
+        "local-epochs": args.epochs, "lr": 0.05,
     }  # fmt: skip
     pews = {
         "method": "fedpews", "dataset": "digits", "partition": "iid", "num-clients": args.clients, "mlp-hidden": "64,64",
-        "num-server-rounds": 3, "warmup-fraction": 1.0, "local-epochs": 1, "lr": 0.05, "client-batch": 8,
+        "num-server-rounds": 3, "warmup-fraction": 1.0, "local-epochs": args.epochs, "lr": 0.05, "client-batch": 8,
     }  # fmt: skip
     print(f"load average before: {os.getloadavg()}")
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
     try:
         results = []
         with tempfile.TemporaryDirectory() as tmp:
-            for name, cfg in (("FedAvg CNN, client-batch 1", cnn), ("FedPeWS MLP, client-batch 8", pews)):
+            loads = {"cnn": ("FedAvg CNN, client-batch 1", cnn), "pews": ("FedPeWS MLP, client-batch 8", pews)}
+            for name, cfg in [loads[args.only]] if args.only else loads.values():
                 times = {}
                 for workers in (1, 2):
                     start = time.perf_counter()
