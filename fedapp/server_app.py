@@ -15,8 +15,9 @@ app = ServerApp()
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     run = grid.run
-    if str(context.run_config.get("client-batch", "1")) != "1":
-        logging.getLogger("flwr").warning("fedapp: run-config key 'client-batch' is for the in-process engine (fedapp run); ignored here")
+    for key in ("client-batch", "engine-workers"):
+        if str(context.run_config.get(key, "1")) != "1":
+            logging.getLogger("flwr").warning("fedapp: run-config key '%s' is for the in-process engine (fedapp run); ignored here", key)
     facts = {"engine": "flwr run", "flwr-run-id": run.run_id, "fab-hash": run.fab_hash, "run-config-overrides": dict(run.override_config)}
     try:
         serve(grid, context.run_config, base=checkout_base(), provenance=facts)

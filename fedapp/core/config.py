@@ -182,6 +182,17 @@ def client_batch_check(v: Any) -> str | None:
     return None if re.fullmatch(r"auto|[1-9]\d*", str(v)) else "auto or a whole number >= 1"
 
 
+@allows("auto or a whole number >= 1")
+def engine_workers_check(v: Any) -> str | None:
+    return None if re.fullmatch(r"auto|[1-9]\d*", str(v)) else "auto or a whole number >= 1"
+
+
+@allows("empty (start a local Ray) or a Ray cluster address such as 10.0.0.1:6379, auto or ray://host:10001")
+def ray_address_check(v: Any) -> str | None:
+    ok = re.fullmatch(r"|auto|(ray://)?[A-Za-z0-9._-]+:\d{1,5}", str(v))
+    return None if ok else "empty (start a local Ray) or a Ray cluster address such as 10.0.0.1:6379, auto or ray://host:10001"
+
+
 PARTITION_RE = re.compile(r"^\s*\d+(\s*,\s*\d+)*(\s*\|\s*\d+(\s*,\s*\d+)*)*\s*$")
 
 
@@ -284,6 +295,15 @@ class RunConfig:
         "(docs/batched.md); auto: sized to the device; 1: one at a time; flwr run and deployments ignore it",
         numbers=(int,),
     )  # fmt: skip
+    engine_workers: str = key(
+        "1", engine_workers_check,
+        "in-process engine (fedapp run) only: Ray actors that run the round's client messages (docs/engine-workers.md), "
+        "each with num-threads CPUs or one GPU; auto: the Ray cluster's GPUs, else its CPUs / num-threads; 1: no Ray",
+        numbers=(int,),
+    )  # fmt: skip
+    ray_address: str = key(
+        "", ray_address_check, "engine-workers > 1: the Ray cluster to join (ray start's address); empty: start a local Ray"
+    )
     batch_fallback: str = key(
         "sequential", one_of("sequential", "error"),
         "client-batch > 1: a chunk the batched kernel fails on trains one client at a time (sequential) or stops the run (error); "

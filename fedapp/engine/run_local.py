@@ -46,6 +46,15 @@ def node_count(cfg: RunConfig) -> int:
     return DEFAULT_NODES
 
 
+def make_grid(client_app: Any, raw: Mapping[str, Any], nodes: int, node_configs: list[dict[str, Any]] | None) -> LocalGrid:
+    """``LocalGrid``, or with ``engine-workers`` other than 1 the grid whose clients run on Ray actors (Ray imported only then)."""
+    if str(raw.get("engine-workers", "1")) == "1":
+        return LocalGrid(client_app, raw, nodes, node_configs)
+    from fedapp.engine.ray_workers import RayGrid
+
+    return RayGrid(client_app, raw, nodes, node_configs)
+
+
 def run_local(overrides: Mapping[str, Any], node_configs: list[dict[str, Any]] | None = None, progress: bool = False) -> Path:
     """``progress``: a progress bar over the rounds (a terminal) instead of one log line per round."""
     from fedapp.client_app import app as client_app
@@ -53,8 +62,8 @@ def run_local(overrides: Mapping[str, Any], node_configs: list[dict[str, Any]] |
     raw = full_config(overrides)
     cfg: RunConfig = resolve(raw)[0]
     nodes = cfg.num_clients or (len(node_configs) if node_configs else node_count(cfg))
-    grid = LocalGrid(client_app, raw, nodes, node_configs)
-    base, provenance = Path.cwd(), {"engine": "in-process"}
+    grid = make_grid(client_app, raw, nodes, node_configs)
+    base, provenance = Path.cwd(), {"engine": "in-process" if type(grid) is LocalGrid else "in-process, Ray workers"}
     try:
         if not progress:
             return serve(grid, raw, base=base, provenance=provenance)

@@ -1,0 +1,317 @@
+"""Engine workers (run-config ``engine-workers`` > 1): the in-process engine's client messages on Ray actors.
+
+``RayGrid`` is the in-process ``LocalGrid`` whose messages are run by ``engine-workers`` Ray
+actors instead of this process; the server loop, the messages and the order of the replies are
+unchanged, so rows and model are bit-identical to one worker with ``client-batch = 1``. Each
+actor is itself a ``LocalGrid`` without a server (``EngineWorker``): the same ClientApp calls, and
+its own batched executor where ``client-batch`` > 1. Each holds ``num-threads`` CPUs (its torch
+threads) or, where clients train on CUDA, one GPU too; Ray spreads the actors over the cluster's
+nodes (``SPREAD``) within those resources.
+
+Assignment is fixed: the node in position ``i`` (partition order) goes to live worker
+``i mod W``. Context.state stays here, in the driver: each message takes its node's state to the
+worker and the reply brings the records back (a record the client kept unchanged comes back as
+its name only, so the checkpoint's ContextState sees it as unchanged). So a client's state
+follows its partition to whichever worker trains it, and a dead worker loses none of it. The
+disk store (``state-store = disk`` or a node's ``state-dir``) is written by the worker on its
+own node: on one machine that is the same folder; across machines the run-dir (or state-dir)
+must be a folder every node mounts (docs/engine-workers.md).
+
+Faults: messages are one Ray task each (with ``client-batch`` > 1, a worker's share of a
+round's train messages is one task). A worker that dies costs the messages it had not
+finished: each is that client's failure (error reply, named in the round's failed_pids), not
+retried, because a client that kills its worker (out of memory, a crash in native code) would
+kill the retry too. As in one process, ``round-timeout`` is not applied: every live worker is
+waited for (Ray reports a dead one at once). Before the next message the dead worker is replaced; a replacement Ray cannot
+place within ``RESTART_TIMEOUT`` is dropped and its nodes go to the other workers; with none left
+the run stops with one line (``EngineWorkersLost``) and ``resume = true`` continues from the last
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from flwr.app import ArrayRecord, Error, Message, MessageType, RecordDict
+from flwr.clientapp import ClientApp
+
+from fedapp.core.config import ConfigError
+from fedapp.engine.local_grid import LocalGrid
+
+log = logging.getLogger("flwr")
+
+RESTART_TIMEOUT = 60.0  # seconds a replacement worker may take to start
+WORKER_DIED = 503  # the Error code of a message whose worker died
+
+Shipped = list[tuple[str, bool, Any]]  # a Context.state: (name, kept, the record or, where kept, the name it had)
+
+
+class EngineWorkersLost(RuntimeError):
+    """No engine worker could be started: the Ray cluster is gone or full."""
+
+
+def ship_back(state: RecordDict, before: Mapping[str, Any]) -> Shipped:
+    """``state`` after a call: an ArrayRecord the call left in place as the name it had before, the rest as is."""
+    names = {id(rec): name for name, rec in before.items()}
+    out: Shipped = []
+    for name, rec in state.items():
+        old = names.get(id(rec))
+        kept = isinstance(rec, ArrayRecord) and old is not None and before[old] is rec
+        out.append((name, kept, old if kept else rec))
+    return out
+
+
+def take_back(state: RecordDict, shipped: Shipped) -> None:
+    """Set ``state`` (in place) to what the worker sent back, reusing this side's kept records."""
+    new = {name: (state[value] if kept else value) for name, kept, value in shipped}
+    for name in list(state.keys()):
+        del state[name]
+    for name, rec in new.items():
+        state[name] = rec
+
+
+def merge_notes(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The ``client_batch`` notes of several workers as one row (chunks in worker order, counts summed)."""
+    out: dict[str, Any] = {"chunks": [], "one_at_a_time": {}, "splits": []}
+    for part in parts:
+        out["chunks"] += part.get("chunks", [])
+        out["splits"] += part.get("splits", [])
+        for reason, n in part.get("one_at_a_time", {}).items():
+            out["one_at_a_time"][reason] = out["one_at_a_time"].get(reason, 0) + n
+    out["one_at_a_time"] = dict(sorted(out["one_at_a_time"].items()))
+    return out
+
+
+class EngineWorker:
+    """One Ray actor: a ``LocalGrid`` (same nodes, same node configs) that runs the messages it is sent.
+    ``setup`` gives it a run's; an idle worker is set up again for the next run in the same Ray session."""
+
+    def __init__(self) -> None:
+        self.grid: LocalGrid | None = None
+
+    def setup(
+        self, client_app: ClientApp, run_config: Mapping[str, Any], num_nodes: int, node_configs: list[dict[str, Any]] | None
+    ) -> None:
+        self.close()
+        self.grid = LocalGrid(client_app, run_config, num_nodes, node_configs)
+
+    def where(self) -> tuple[str, int]:
+        """This worker's node address and process id."""
+        return ray.util.get_node_ip_address(), os.getpid()
+
+    def run(self, messages: list[Message], states: list[RecordDict]) -> tuple[list[Message], list[Shipped], dict[str, Any], float]:
+        assert self.grid is not None, "setup first"
+        befores = []
+        for msg, state in zip(messages, states, strict=True):
+            self.grid.contexts[msg.metadata.dst_node_id].state = state
+            befores.append(dict(state.items()))
+        start = self.grid.client_seconds
+        replies = list(self.grid.send_and_receive(messages))
+        back = [ship_back(self.grid.contexts[m.metadata.dst_node_id].state, b) for m, b in zip(messages, befores, strict=True)]
+        notes = self.grid.round_notes().get("client_batch", {})
+        return replies, back, notes, self.grid.client_seconds - start
+
+    def close(self) -> None:
+        if self.grid is not None:
+            self.grid.close()
+            self.grid = None
+
+
+IDLE: dict[tuple[str, int, int], list[Any]] = {}  # (Ray job, CPUs, GPUs) -> workers a closed RayGrid left running
+
+
+def take_idle(key: tuple[str, int, int]) -> Any | None:
+    """A worker an earlier run of this Ray session left (start-up is seconds per worker), else None."""
+    for stale in [k for k in IDLE if k[0] != key[0]]:  # a Ray session since shut down
+        del IDLE[stale]
+    idle = IDLE.get(key, [])
+    return idle.pop(0) if idle else None
+
+
+@dataclass
+class Slot:
+    """A worker's actor, where it runs, and whether it died."""
+
+    actor: Any
+    ip: str = ""
+    pid: int = 0
+    dead: bool = False
+
+    @property
+    def where(self) -> str:
+        return f"{self.ip} pid {self.pid}"
+
+
+def worker_count(setting: str, num_threads: int, use_gpus: bool, resources: Mapping[str, float]) -> int:
+    """How many workers ``engine-workers`` asks for, checked against the cluster's resources."""
+    cpus, gpus = int(resources.get("CPU", 0)), int(resources.get("GPU", 0))
+    count = (gpus if use_gpus else cpus // num_threads) if setting == "auto" else int(setting)
+    if count < 1 or count * num_threads > cpus or (use_gpus and count > gpus):
+        need = f"{count} x {num_threads} CPUs" + (f" and {count} GPUs" if use_gpus else "")
+        raise ConfigError(
+            f"engine-workers = {setting!r}: {need} (num-threads CPUs{' and one GPU' if use_gpus else ''} per worker) do not fit "
+            f"the Ray cluster's {cpus} CPUs and {gpus} GPUs; ask for fewer workers or fewer num-threads"
+        )
+    return count
+
+
+def wants_gpus(device: str, resources: Mapping[str, float]) -> bool:
+    """Whether each worker takes a GPU: clients train on CUDA (``cuda``, or ``auto`` where the cluster has GPUs)."""
+    if device.startswith("cuda:"):
+        raise ConfigError(
+            f"device = {device!r} with engine-workers > 1: each worker has its own GPU, which it sees as cuda; use device = cuda or auto"
+        )
+    return device == "cuda" or (device == "auto" and resources.get("GPU", 0) >= 1)
+
+
+class RayGrid(LocalGrid):
+    """``LocalGrid`` whose client messages run on Ray actors (module docstring)."""
+
+    def __init__(
+        self, client_app: ClientApp, run_config: Mapping[str, Any], num_nodes: int, node_configs: list[dict[str, Any]] | None = None
+    ):
+        super().__init__(client_app, run_config, num_nodes, node_configs)
+        if self.executor is not None:  # the workers batch; this process trains nothing
+            self.executor.close()
+            self.executor = None
+        self.batched = str(run_config.get("client-batch", "1")) != "1"
+        self.started_ray = not ray.is_initialized()
+        if self.started_ray:
+            address = str(run_config.get("ray-address", "")) or "local"  # local: a new Ray, never another one on this machine
+            cpus = os.cpu_count() if address == "local" else None
+            ray.init(address=address, num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING)
+        try:
+            resources = ray.cluster_resources()
+            threads = int(run_config.get("num-threads", 1))
+            self.gpus = wants_gpus(str(run_config.get("device", "auto")), resources)
+            count = worker_count(str(run_config.get("engine-workers", "1")), threads, self.gpus, resources)
+            self.key = (ray.get_runtime_context().get_job_id(), threads, 1 if self.gpus else 0)
+            self.remote = ray.remote(EngineWorker).options(  # type: ignore[attr-defined]
+                num_cpus=threads, num_gpus=self.key[2], scheduling_strategy="SPREAD", max_restarts=0
+            )
+            self.setup_args = (client_app, dict(run_config), num_nodes, node_configs)
+            self.slots = [Slot(take_idle(self.key) or self.remote.remote()) for _ in range(count)]
+            for slot in self.slots:
+                self._locate(slot, RESTART_TIMEOUT * 5)  # the first start includes the workers' imports
+        except BaseException:
+            self.close()
+            raise
+        self.position = {node_id: i for i, node_id in enumerate(self.contexts)}
+        self.notes: list[dict[str, Any]] = []
+        self.trained_on: dict[str, str] = {}
+        log.info("engine-workers: %d Ray workers at %s", count, ", ".join(s.where for s in self.slots))
+
+    def _locate(self, slot: Slot, timeout: float) -> None:
+        """Set the worker up for this run; wait until it is; note its node address and process id."""
+        ray.get(slot.actor.setup.remote(*self.setup_args), timeout=timeout)
+        slot.ip, slot.pid = ray.get(slot.actor.where.remote(), timeout=timeout)
+
+    def revive(self) -> None:
+        """Replace dead workers; drop those Ray cannot place; none left: EngineWorkersLost."""
+        if not any(s.dead for s in self.slots):
+            return
+        alive = []
+        for i, slot in enumerate(self.slots):
+            if slot.dead:
+                old = slot.where
+                try:
+                    slot = Slot(self.remote.remote())
+                    self._locate(slot, RESTART_TIMEOUT)
+                    log.warning("engine-workers: worker %d (%s) died; replaced by %s", i, old, slot.where)
+                except Exception as err:
+                    ray.kill(slot.actor)
+                    log.warning("engine-workers: worker %d (%s) died and cannot be replaced (%s); its nodes go to the others", i, old, err)
+                    continue
+            alive.append(slot)
+        self.slots = alive
+        if not alive:
+            raise EngineWorkersLost(
+                "engine-workers: every Ray worker died and none could be started again (is the Ray cluster gone?); "
+                "resume = true continues from the last checkpointed round"
+            )
+
+    def round_notes(self) -> dict[str, Any]:
+        """The row's ``engine_workers`` (partition -> the worker that ran its train message) and, with
+        ``client-batch`` > 1, the workers' ``client_batch`` notes merged."""
+        out: dict[str, Any] = {"engine_workers": dict(sorted(self.trained_on.items(), key=lambda kv: int(kv[0])))}
+        if self.batched:
+            out["client_batch"] = merge_notes(self.notes)
+        self.notes, self.trained_on = [], {}
+        return out
+
+    def worker_of(self, msg: Message) -> int:
+        return self.position.get(msg.metadata.dst_node_id, 0) % len(self.slots)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        ids = []
+        for reply in self.send_and_receive(messages):
+            key = str(next(self._ids))
+            self._pending[key] = reply
+            ids.append(key)
+        return ids
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        messages = [m for m in messages]
+        self.revive()
+        replies: list[Message | None] = [None] * len(messages)
+        known = []
+        for i, m in enumerate(messages):
+            if m.metadata.dst_node_id in self.contexts:
+                known.append(i)
+            else:
+                replies[i] = self._deliver(m)  # 404, as one process answers it
+        whole = self.batched and bool(messages) and all(m.metadata.message_type == MessageType.TRAIN for m in messages)
+        groups: list[list[int]] = []  # message positions per task, each task on one worker
+        if whole:
+            per_worker: dict[int, list[int]] = {}
+            for i in known:
+                m = messages[i]
+                per_worker.setdefault(self.worker_of(m), []).append(i)
+            groups = list(per_worker.values())
+        else:
+            groups = [[i] for i in known]
+        tasks = []
+        for group in groups:
+            w = self.worker_of(messages[group[0]])
+            msgs = [messages[i] for i in group]
+            states = [self.contexts[m.metadata.dst_node_id].state for m in msgs]
+            tasks.append((w, group, self.slots[w].actor.run.remote(msgs, states)))
+        for w, group, ref in tasks:
+            slot = self.slots[w]
+            try:
+                got, back, notes, seconds = ray.get(ref)  # no timeout, as one process waits for every client
+            except Exception as err:
+                slot.dead = True
+                why = f"engine worker {w} ({slot.where}) lost the message: {type(err).__name__}: {str(err).strip()[:200]}"
+                for i in group:
+                    replies[i] = Message(Error(code=WORKER_DIED, reason=why), reply_to=messages[i])
+                continue
+            self.client_seconds += seconds
+            self.notes.append(notes)
+            for i, reply, shipped in zip(group, got, back, strict=True):
+                msg = messages[i]
+                take_back(self.contexts[msg.metadata.dst_node_id].state, shipped)
+                replies[i] = reply
+                if msg.metadata.message_type == MessageType.TRAIN:
+                    self.trained_on[str(self.contexts[msg.metadata.dst_node_id].node_config["partition-id"])] = f"{w}@{slot.ip}"
+        return [r for r in replies if r is not None]
+
+    def close(self) -> None:
+        """Stop the local Ray where this grid started it; else keep the live workers for the next run."""
+        slots, self.slots = getattr(self, "slots", []), []
+        if self.started_ray:
+            ray.shutdown()  # also the processes of a start that failed half-way
+            return
+        for slot in slots:
+            if slot.dead:
+                continue
+            try:
+                ray.get(slot.actor.close.remote(), timeout=RESTART_TIMEOUT)
+                IDLE.setdefault(self.key, []).append(slot.actor)
+            except Exception:  # died after its last message
+                ray.kill(slot.actor)
