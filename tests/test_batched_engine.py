@@ -35,7 +35,7 @@ from fedapp.engine.batched_executor import BatchFallbackError, FitCall, train_pa
 from fedapp.engine.client_batch_size import auto_client_batch, client_bytes
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
-from fedapp.methods.registry import resolve
+from fedapp.methods.registry import MODULES, resolve
 from fedapp.server.loop import serve
 from tests.run_rows import outcome_rows
 
@@ -54,13 +54,11 @@ BASE = {
 
 FEDPART_SHORT = {"warmup-rounds": 1, "rounds-per-layer": 1, "cycles": 1, "full-rounds-between-cycles": 0}
 
-# method -> overrides; each trains through ClientPolicy.fit / train.trainer() (FedPeWS also in warm-up rounds)
-METHODS: dict[str, dict[str, Any]] = {
-    "fedavg": {},
+# case -> overrides; each trains through ClientPolicy.fit / train.trainer() (FedPeWS also in warm-up rounds).
+# Every registered method runs (below, with OWN's keys); these add variants of a method's training path.
+VARIANTS: dict[str, dict[str, Any]] = {
     "fedavg-momentum-decay": {"momentum": 0.9, "weight-decay": 0.001},
     "fedavg-adam-steps": {"optimizer": "adam", "lr": 0.01, "local-steps": 7},
-    "fedprox": {"method": "fedprox", "proximal-mu": 0.5},
-    "fedpews": {"method": "fedpews", "num-server-rounds": 3, "warmup-fraction": 0.5, "diversity-weight": 1.0},
     "fedpews-shared-activation-prox-momentum": {
         "method": "fedpews",
         "num-server-rounds": 2,
@@ -82,15 +80,24 @@ METHODS: dict[str, dict[str, Any]] = {
         "diversity-ref": "probs",
         "mask-draw": "deterministic-upload",
     },
-    "fedpews-fixed": {"method": "fedpews-fixed", "num-server-rounds": 3, "warmup-fraction": 0.5},
-    "fedspu": {"method": "fedspu", "tiers": "0.5,1.0"},
-    "fedselect": {"method": "fedselect", "local-alt-epochs": 2, "num-server-rounds": 3},
-    "fedper": {"method": "fedper"},
-    # FedPart's shortest schedule on this MLP (3 layer groups): 1 warm-up round + 1 round per group
-    "fedpart": {"method": "fedpart", "num-server-rounds": 4, **FEDPART_SHORT},
     # BatchNorm in train mode: per-client statistics, chunks only of clients with equal minibatch sizes
     "fedavg-cnn-bn": {"model": "cnn-bn", "partition": "iid", "num-clients": 4},
 }
+TIERS = {"tiers": "0.5,1.0"}
+# what a registered method's run needs beyond BASE (none named: BASE alone)
+OWN: dict[str, dict[str, Any]] = {
+    "fedprox": {"proximal-mu": 0.5},
+    "fedpews": {"num-server-rounds": 3, "warmup-fraction": 0.5, "diversity-weight": 1.0},
+    "fedpews-fixed": {"num-server-rounds": 3, "warmup-fraction": 0.5},
+    "fedspu": TIERS,
+    "fjord": TIERS,
+    "feddrop": TIERS,
+    "fedselect": {"local-alt-epochs": 2, "num-server-rounds": 3},
+    # FedPart's shortest schedule on this MLP (3 layer groups): 1 warm-up round + 1 round per group
+    "fedpart": {"num-server-rounds": 4, **FEDPART_SHORT},
+    "fedbn": VARIANTS["fedavg-cnn-bn"],  # its personal layers are BatchNorm's
+}
+METHODS: dict[str, dict[str, Any]] = {**{name: {"method": name, **OWN.get(name, {})} for name in MODULES}, **VARIANTS}
 
 
 class RecordingGrid(LocalGrid):
@@ -207,7 +214,17 @@ def check_equivalence(tmp_path: Path, over: dict[str, Any], chunks: list[int]) -
     return notes
 
 
-@pytest.mark.parametrize("name", list(METHODS))
+# registered methods this test cannot pass yet, each with its reason (strict: a fix makes it fail, then drop the entry)
+KNOWN_FAILING = {
+    "fjord": "trains one client at a time (its own sub-model loop), so no chunk of several clients is batched",
+    "feddrop": "trains one client at a time (its own sub-model loop), so no chunk of several clients is batched",
+    "fedbn": "client-batch 8 differs from 1 (model.0.weight max abs diff 0.0035 after 2 rounds): bug in the batched path",
+}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_FAILING[n])) if n in KNOWN_FAILING else n for n in METHODS]
+)
 def test_client_batch_8_is_the_one_at_a_time_run(tmp_path: Path, name: str, chunks: list[int]) -> None:
     notes = check_equivalence(tmp_path, METHODS[name], chunks)
     hooks = {"forward hooks on 3, 5 (e.g. FedPeWS-Fixed's activation masks)": 6}  # the MLP's two hidden activations
