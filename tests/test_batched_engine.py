@@ -14,6 +14,7 @@ control breaks the kernel on purpose and checks that the equivalence check then 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -401,6 +402,20 @@ def test_client_batch_is_checked_before_training() -> None:
         with pytest.raises(ConfigError, match=r"run-config key 'client-batch' = .* is not allowed: expected auto or a whole number >= 1"):
             resolve(full_config({**BASE, "client-batch": bad}))
     assert resolve(full_config({**BASE, "client-batch": 16}))[0].client_batch == "16"
+
+
+def test_the_in_process_grid_reads_client_batch_as_the_typed_config() -> None:
+    """The grid reads the checked key: a value the run-config refuses is refused there by name, not
+    read as text (``1.0`` is no whole number; the integer 1 is ``"1"``, one at a time: no executor)."""
+    from fedapp.client_app import app
+
+    for bad in (1.0, "1.5", "0"):
+        with pytest.raises(ConfigError, match=rf"run-config key 'client-batch' = {re.escape(repr(bad))} is not allowed"):
+            LocalGrid(app, {**BASE, "client-batch": bad}, 2)
+    assert LocalGrid(app, {**BASE, "client-batch": 1}, 2).executor is None
+    grid = LocalGrid(app, {**BASE, "client-batch": 4}, 2)
+    assert grid.executor is not None and grid.executor.client_batch == 4
+    grid.close()
 
 
 def test_auto_on_a_cpu_is_a_small_batch_for_mlps_and_one_for_convolutions() -> None:
