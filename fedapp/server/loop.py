@@ -33,7 +33,7 @@ from fedapp.data import Dataset, check_partition, dataset_for
 from fedapp.energy.ledger import Ledger
 from fedapp.methods.base import Method
 from fedapp.methods.registry import resolve
-from fedapp.models import build_model
+from fedapp.models import initial_model
 from fedapp.server import checkpoint, reply_checks, rundir
 from fedapp.server.progress import RoundLog, RoundReporter
 from fedapp.server.provenance import collect
@@ -93,8 +93,7 @@ def serve(
             cfg = dataclasses.replace(cfg, num_clients=roster.num_clients)
             check_settings(cfg, method, params, raw_config)
         ds = dataset_for(cfg)
-        with torch.device("cpu"):  # w0 from the CPU generator on every machine
-            model = build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
+        model = initial_model(cfg, ds)  # w0 from the CPU generator on every machine
         initial = host_arrays(model.state_dict())
         model.to(device)
         config = resolved_config(cfg, params)
