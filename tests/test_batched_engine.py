@@ -219,7 +219,8 @@ def check_equivalence(tmp_path: Path, over: dict[str, Any], chunks: list[int]) -
 KNOWN_FAILING = {
     "fjord": "trains one client at a time (its own sub-model loop), so no chunk of several clients is batched",
     "feddrop": "trains one client at a time (its own sub-model loop), so no chunk of several clients is batched",
-    "fedbn": "client-batch 8 differs from 1 (model.0.weight max abs diff 0.0035 after 2 rounds): bug in the batched path",
+    # not FedBN's own: FedAvg on this BatchNorm CNN with local-test-fraction 0.25 (FedBN's default) differs alike
+    "fedbn": "client-batch 8 differs from 1 on cnn-bn with a local test split (max abs diff 0.0013 after 1 round): batched BatchNorm bug",
 }
 
 
