@@ -59,9 +59,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from fedapp.methods.keys import keys_text
+    from fedapp.methods.keys import keys_text, toml_block
     from fedapp.methods.registry import get_method
 
+    if args.toml:
+        if args.method is not None:
+            raise SystemExit("fedapp keys --toml writes every method's defaults: name no method")
+        print(toml_block())
+        return 0
     if args.method is not None:
         get_method(args.method)  # an unknown name: the registry's error, naming the allowed ones
     print(keys_text(args.method))
@@ -101,6 +106,7 @@ def parser() -> argparse.ArgumentParser:
     rep.set_defaults(fn=cmd_report)
     keys = sub.add_parser("keys", help="every run-config key with its default, allowed values and doc (common keys, then the method's)")
     keys.add_argument("method", nargs="?", help="only this method's own keys after the common ones (default: every method's)")
+    keys.add_argument("--toml", action="store_true", help="pyproject's [tool.flwr.app.config] block (every key's default)")
     keys.set_defaults(fn=cmd_keys)
     add_data(sub)
     add_energy(sub)

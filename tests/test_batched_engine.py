@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -40,7 +41,7 @@ from fedapp.engine.client_batch_size import auto_client_batch, client_bytes
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
 from fedapp.methods.pews_kernel import WarmupCall
-from fedapp.methods.registry import resolve
+from fedapp.methods.registry import MODULES, resolve
 from fedapp.server.loop import serve
 from tests.run_rows import outcome_rows
 
@@ -59,13 +60,11 @@ BASE = {
 
 FEDPART_SHORT = {"warmup-rounds": 1, "rounds-per-layer": 1, "cycles": 1, "full-rounds-between-cycles": 0}
 
-# method -> overrides; each trains through the park point, seam.park (ClientPolicy.fit; FedPeWS and FedPeWS-Fixed also in warm-up rounds)
-METHODS: dict[str, dict[str, Any]] = {
-    "fedavg": {},
+# case -> overrides; each trains through the park point, seam.park (ClientPolicy.fit; FedPeWS and FedPeWS-Fixed also in
+# warm-up rounds). Every registered method runs (below, with OWN's keys); these add variants of a method's training path.
+VARIANTS: dict[str, dict[str, Any]] = {
     "fedavg-momentum-decay": {"momentum": 0.9, "weight-decay": 0.001},
     "fedavg-adam-steps": {"optimizer": "adam", "lr": 0.01, "local-steps": 7},
-    "fedprox": {"method": "fedprox", "proximal-mu": 0.5},
-    "fedpews": {"method": "fedpews", "num-server-rounds": 3, "warmup-fraction": 0.5, "diversity-weight": 1.0},
     "fedpews-shared-activation-prox-momentum": {
         "method": "fedpews",
         "num-server-rounds": 2,
@@ -87,15 +86,24 @@ METHODS: dict[str, dict[str, Any]] = {
         "diversity-ref": "probs",
         "mask-draw": "deterministic-upload",
     },
-    "fedpews-fixed": {"method": "fedpews-fixed", "num-server-rounds": 3, "warmup-fraction": 0.5},
-    "fedspu": {"method": "fedspu", "tiers": "0.5,1.0"},
-    "fedselect": {"method": "fedselect", "local-alt-epochs": 2, "num-server-rounds": 3},
-    "fedper": {"method": "fedper"},
-    # FedPart's shortest schedule on this MLP (3 layer groups): 1 warm-up round + 1 round per group
-    "fedpart": {"method": "fedpart", "num-server-rounds": 4, **FEDPART_SHORT},
     # BatchNorm in train mode: per-client statistics, chunks only of clients with equal minibatch sizes
     "fedavg-cnn-bn": {"model": "cnn-bn", "partition": "iid", "num-clients": 4},
 }
+TIERS = {"tiers": "0.5,1.0"}
+# what a registered method's run needs beyond BASE (none named: BASE alone)
+OWN: dict[str, dict[str, Any]] = {
+    "fedprox": {"proximal-mu": 0.5},
+    "fedpews": {"num-server-rounds": 3, "warmup-fraction": 0.5, "diversity-weight": 1.0},
+    "fedpews-fixed": {"num-server-rounds": 3, "warmup-fraction": 0.5},
+    "fedspu": TIERS,
+    "fjord": TIERS,
+    "feddrop": TIERS,
+    "fedselect": {"local-alt-epochs": 2, "num-server-rounds": 3},
+    # FedPart's shortest schedule on this MLP (3 layer groups): 1 warm-up round + 1 round per group
+    "fedpart": {"num-server-rounds": 4, **FEDPART_SHORT},
+    "fedbn": VARIANTS["fedavg-cnn-bn"],  # its personal layers are BatchNorm's
+}
+METHODS: dict[str, dict[str, Any]] = {**{name: {"method": name, **OWN.get(name, {})} for name in MODULES}, **VARIANTS}
 
 
 class RecordingGrid(LocalGrid):
@@ -215,7 +223,18 @@ def check_equivalence(tmp_path: Path, over: dict[str, Any], chunks: list[int]) -
     return notes
 
 
-@pytest.mark.parametrize("name", list(METHODS))
+# registered methods this test cannot pass yet, each with its reason (strict: a fix makes it fail, then drop the entry)
+KNOWN_FAILING = {
+    "fjord": "trains one client at a time (its own sub-model loop), so no chunk of several clients is batched",
+    "feddrop": "trains one client at a time (its own sub-model loop), so no chunk of several clients is batched",
+    # not FedBN's own: FedAvg on this BatchNorm CNN with local-test-fraction 0.25 (FedBN's default) differs alike
+    "fedbn": "client-batch 8 differs from 1 on cnn-bn with a local test split (max abs diff 0.0013 after 1 round): batched BatchNorm bug",
+}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_FAILING[n])) if n in KNOWN_FAILING else n for n in METHODS]
+)
 def test_client_batch_8_is_the_one_at_a_time_run(tmp_path: Path, name: str, chunks: list[int]) -> None:
     notes = check_equivalence(tmp_path, METHODS[name], chunks)
     assert [n["one_at_a_time"] for n in notes] == [{}] * len(notes)
@@ -376,6 +395,20 @@ def test_client_batch_is_checked_before_training() -> None:
         with pytest.raises(ConfigError, match=r"run-config key 'client-batch' = .* is not allowed: expected auto or a whole number >= 1"):
             resolve(full_config({**BASE, "client-batch": bad}))
     assert resolve(full_config({**BASE, "client-batch": 16}))[0].client_batch == "16"
+
+
+def test_the_in_process_grid_reads_client_batch_as_the_typed_config() -> None:
+    """The grid reads the checked key: a value the run-config refuses is refused there by name, not
+    read as text (``1.0`` is no whole number; the integer 1 is ``"1"``, one at a time: no executor)."""
+    from fedapp.client_app import app
+
+    for bad in (1.0, "1.5", "0"):
+        with pytest.raises(ConfigError, match=rf"run-config key 'client-batch' = {re.escape(repr(bad))} is not allowed"):
+            LocalGrid(app, {**BASE, "client-batch": bad}, 2)
+    assert LocalGrid(app, {**BASE, "client-batch": 1}, 2).executor is None
+    grid = LocalGrid(app, {**BASE, "client-batch": 4}, 2)
+    assert grid.executor is not None and grid.executor.client_batch == 4
+    grid.close()
 
 
 def test_auto_on_a_cpu_is_a_small_batch_for_mlps_and_one_for_convolutions() -> None:

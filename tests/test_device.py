@@ -23,31 +23,33 @@ from fedapp.core.config import ConfigError, RunConfig, parse
 from fedapp.core.device import node_device, pick
 from fedapp.data import on_device
 from fedapp.engine.run_local import run_local
-from fedapp.methods.registry import get_method
+from fedapp.methods.registry import MODULES, get_method
 from tests.data_files import write_cifar10
 
 SHARD = {"dataset": "digits", "partition": "shard", "classes-per-client": 2, "samples-per-client": 20, "num-clients": 5}
 BASE = {**SHARD, "num-server-rounds": 2, "batch-size": 8, "lr": 0.05, "momentum": 0.5, "device": "cpu"}
 TIERS = {"tiers": "0.5,1.0", "model": "cnn"}
-# one run per method (and per branch of its client path that makes tensors of its own)
-METHODS: dict[str, dict[str, Any]] = {
+# what a method's run here needs beyond BASE (a method not named runs with BASE alone)
+OWN: dict[str, dict[str, Any]] = {
     "fedavg": {"model": "cnn"},
-    "fedprox": {"method": "fedprox", "proximal-mu": 0.1},
-    "fedpews": {"method": "fedpews", "warmup-fraction": 0.5, "base": "fedprox"},
+    "fedprox": {"proximal-mu": 0.1},
+    "fedpews": {"warmup-fraction": 0.5, "base": "fedprox"},
+    "fedpews-fixed": {"warmup-fraction": 0.5},
+    "fedselect": {"local-alt-epochs": 1, "personal-rate": 0.5},
+    "fedbn": {"model": "cnn-bn"},  # its personal layers are BatchNorm's
+    "fedspu": {"early-stopping": True, "mask-transport": "seed", **TIERS},
+    "fjord": TIERS,
+    "feddrop": TIERS,
+    # FedPart on a BatchNorm CNN: one full round, then one round per layer group (6)
+    "fedpart": {"model": "cnn-bn", "warmup-rounds": 1, "rounds-per-layer": 1, "cycles": 1,
+                "full-rounds-between-cycles": 0, "num-server-rounds": 7},
+}  # fmt: skip
+# one run per registered method, and per branch of its client path that makes tensors of its own
+METHODS: dict[str, dict[str, Any]] = {
+    **{name: {"method": name, **OWN.get(name, {})} for name in MODULES},
     "fedpews-activation": {"method": "fedpews", "warmup-fraction": 1.0, "mask-impl": "activation", "mask-draw": "shared",
                            "diversity-ref": "probs"},
-    "fedpews-fixed": {"method": "fedpews-fixed", "warmup-fraction": 0.5},
-    "fedselect": {"method": "fedselect", "local-alt-epochs": 1, "personal-rate": 0.5},
     "fedselect-random": {"method": "fedselect", "local-alt-epochs": 1, "personal-selection": "random"},
-    "fedper": {"method": "fedper"},
-    "local": {"method": "local"},
-    "fedavg-ft": {"method": "fedavg-ft"},
-    "fedspu": {"method": "fedspu", "early-stopping": True, "mask-transport": "seed", **TIERS},
-    "fjord": {"method": "fjord", **TIERS},
-    "feddrop": {"method": "feddrop", **TIERS},
-    # FedPart on a BatchNorm CNN: one full round, then one round per layer group (6)
-    "fedpart": {"method": "fedpart", "model": "cnn-bn", "warmup-rounds": 1, "rounds-per-layer": 1, "cycles": 1,
-                "full-rounds-between-cycles": 0, "num-server-rounds": 7},
 }  # fmt: skip
 
 

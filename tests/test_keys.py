@@ -14,27 +14,40 @@ import pytest
 
 from fedapp.cli import main
 from fedapp.core.config import ConfigError, RunConfig, allowed_of, fields_of
+from fedapp.methods.fedpart import FedPartParams
 from fedapp.methods.fedpews import PeWSParams
-from fedapp.methods.keys import check_declared
+from fedapp.methods.fedselect import FedSelectParams
 from fedapp.methods.registry import resolve
+from fedapp.methods.tiers import TierParams
 from fedapp.models import MODELS, build_model, register_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def declared() -> dict[str, object]:
-    return dict(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"])
+def declared_block() -> str:
+    """pyproject's run-config block as written: its comment header through its last key."""
+    text = (ROOT / "pyproject.toml").read_text()
+    start = text.index("# Every run-config key with its default")
+    return text[start : text.index("\n\n", text.index("[tool.flwr.app.config]"))]
 
 
-def test_pyproject_run_config_equals_the_registries_both_ways() -> None:
-    table = declared()
-    assert check_declared(table) == []
-    missing = {k: v for k, v in table.items() if k != "mask-lr"}
-    stale = {**table, "mask-rate": 0.5}
-    wrong = {**table, "lr": 0.5, "resume": "false"}
-    assert check_declared(missing) == ["missing key mask-lr (default 0.1)"]
-    assert check_declared(stale) == ["stale key mask-rate (no method declares it)"]
-    assert check_declared(wrong) == ["key lr: declared 0.5, registry default 0.05", 'key resume: declared "false", registry default false']
+def keys_toml() -> str:
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert main(["keys", "--toml"]) == 0
+    return out.getvalue()
+
+
+def test_pyproject_run_config_block_is_what_fedapp_keys_toml_writes() -> None:
+    text = keys_toml()
+    assert text == declared_block() + "\n"
+    table = tomllib.loads(text)["tool"]["flwr"]["app"]["config"]
+    # the registries' defaults, independently: every dataclass field once, with its type
+    expected = {
+        k: f.default for cls in (RunConfig, TierParams, PeWSParams, FedPartParams, FedSelectParams) for k, f in fields_of(cls).items()
+    }
+    assert table == expected and all(type(table[k]) is type(v) for k, v in expected.items())
+    assert table["proximal-mu"] == 0.01 and table["tiers"] == "0.2,0.4,0.6,0.8,1.0" and table["mask-lr"] == 0.1
+    assert "# fedspu, fjord, feddrop (TierParams)\ntiers = " in text
 
 
 def test_a_misspelt_key_gets_the_closest_known_one() -> None:

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fedapp.methods.registry import MODULES  # light: imports no method module
+
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "torchvision", "sklearn", "flwr_datasets", "datasets", "scipy")
 
@@ -111,3 +113,24 @@ def test_medmnist_names_are_read_without_the_package_and_equal_its_info() -> Non
     import medmnist.info as official
 
     assert medmnist.info() == {f: v for f, v in official.INFO.items() if not v["python_class"].endswith("3D")}
+
+
+def methods_loaded_after(raw: dict[str, object]) -> list[str]:
+    """Resolve ``raw`` in a fresh interpreter and build its server policy class; which registered
+    method modules it then holds."""
+    probe = f"""
+import json, sys
+from fedapp.methods.registry import MODULES, resolve
+cfg, method, params = resolve({raw!r})
+assert method.name == cfg.method and issubclass(method.server, object)
+print(json.dumps(sorted(n for n, m in MODULES.items() if m in sys.modules)))
+"""
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True)
+    return list(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_resolving_a_method_imports_no_other_method_module() -> None:
+    assert methods_loaded_after({"method": "fedavg", "num-server-rounds": 2}) == ["fedavg"]
+    assert methods_loaded_after({"method": "fjord", "es-lambda": 0.5}) == ["fjord"]
+    # another method's key is told from a misspelt one by loading the others
+    assert methods_loaded_after({"method": "fedavg", "es-lambda": 0.5}) == sorted(MODULES)

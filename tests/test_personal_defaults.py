@@ -19,7 +19,7 @@ from fedapp.data.sizes import SplitSize
 from fedapp.engine.run_local import full_config, run_local
 from fedapp.methods.base import ClientJob, ClientPolicy, ServerPolicy, local_test_scores
 from fedapp.methods.personal import PersonalClient
-from fedapp.methods.registry import resolve
+from fedapp.methods.registry import MODULES, resolve
 from fedapp.models.registry import initial_model
 from fedapp.server.strategy import MaskedStrategy
 from tests.memory_store import MemoryStore
@@ -33,10 +33,13 @@ def test_the_default_is_a_quarter_where_clients_are_evaluated_and_none_elsewhere
         return resolve(full_config(keys))[0].local_test_fraction
 
     assert PERSONAL_LOCAL_TEST == 0.25
-    for method in ("fedselect", "fedper", "local", "fedavg-ft", "fedspu", "fjord", "feddrop"):
+    personal = ("fedselect", "fedper", "local", "fedavg-ft", "fedbn", "fedspu", "fjord", "feddrop")
+    shared = ("fedavg", "fedprox", "fedpews", "fedpews-fixed", "fedpart")
+    assert sorted(personal + shared) == sorted(MODULES)  # every registered method, each in one list
+    for method in personal:
         assert fraction(method=method) == 0.25
     assert fraction(method="fedavg", **{"personalized-eval": True}) == 0.25
-    for method in ("fedavg", "fedprox", "fedpews", "fedpart"):
+    for method in shared:
         assert fraction(method=method) == 0.0  # every sample still trains: FedAvg-style runs are unchanged
     assert fraction(method="fedselect", **{"local-test-fraction": 0.1}) == 0.1  # stated values stay
 

@@ -26,7 +26,7 @@ from fedapp.core.device import host_arrays
 from fedapp.data import Dataset
 from fedapp.methods.base import Method
 from fedapp.methods.registry import resolve
-from fedapp.models import build_model
+from fedapp.models import initial_model
 
 _lock = threading.Lock()
 _configs: OrderedDict[tuple[Any, ...], tuple[RunConfig, Method, Any]] = OrderedDict()
@@ -78,8 +78,7 @@ def process_model(cfg: RunConfig, ds: Dataset, device: torch.device) -> ProcessM
         if pm is not None:
             _models.move_to_end(key)
     if pm is None:
-        with torch.device("cpu"):
-            model = build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
+        model = initial_model(cfg, ds)
         rng = torch.default_generator.get_state()
         initial = {k: readonly(v) for k, v in host_arrays(model.state_dict()).items()}
         everything = {k: readonly(np.ones(v.shape, bool)) for k, v in initial.items()}

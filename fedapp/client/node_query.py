@@ -16,11 +16,12 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from fedapp.core.config import ConfigError, RunConfig, parse
 from fedapp.energy.auto import MeterSettings, process_sampler
+from fedapp.methods.tier_facts import NODE_FACTS as TIER_FACTS
 
 if TYPE_CHECKING:
     import torch
 
-NODE_FACTS = ("tier", "active-fraction", "device-name", "num-partitions")
+NODE_FACTS = (*TIER_FACTS, "device-name", "num-partitions")  # what the node-config says of itself
 
 
 def training_device(cfg: RunConfig, node_config: Any) -> torch.device | None:

@@ -26,6 +26,7 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
+from fedapp.core.config import RunConfig, parse
 from fedapp.engine.context_state import ContextState, uses_context
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class LocalGrid(Grid):
         keeps = any(uses_context(run_config, c.node_config) for c in self.contexts.values())
         self.context_state = ContextState(self.contexts) if keeps else None  # saved with each checkpoint (server.rounds)
         self.client_seconds = 0.0  # time spent inside the ClientApp
-        setting = str(run_config.get("client-batch", "1"))  # checked with the run-config (RunConfig.client_batch)
+        setting = parse(RunConfig, run_config).client_batch  # typed and checked: a bad value is named before any training
         self.executor: BatchedExecutor | None = None
         if setting != "1":  # torch and the batched kernel only where they are used
             from fedapp.engine.batched_executor import BatchedExecutor

@@ -1,12 +1,13 @@
 """`fedapp keys [METHOD]`: every run-config key with its default, what it allows and its doc,
-from the registries themselves (RunConfig's fields, each method's params dataclass)."""
+from the registries themselves (RunConfig's fields, each method's params dataclass);
+`fedapp keys --toml`: the same defaults as pyproject's run-config block."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Iterable
 
+from fedapp.core import toml_text
 from fedapp.core.config import RunConfig, allowed_of, fields_of
 from fedapp.methods.registry import MODULES, get_method
 from fedapp.models.registry import MODELS
@@ -46,18 +47,24 @@ def keys_text(method: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def check_declared(declared: dict[str, object]) -> list[str]:
-    """What differs between a declared key -> default table (pyproject's run-config) and the
-    registries: missing keys, stale keys, wrong defaults (empty when they agree)."""
-    expected: dict[str, object] = {}
-    for cls in [RunConfig, *{get_method(m).params for m in MODULES} - {None}]:
-        assert cls is not None and dataclasses.is_dataclass(cls)
-        expected.update({k: f.default for k, f in fields_of(cls).items()})
-    problems = [f"missing key {k} (default {toml_value(v)})" for k, v in expected.items() if k not in declared]
-    problems += [f"stale key {k} (no method declares it)" for k in declared if k not in expected]
-    problems += [
-        f"key {k}: declared {toml_value(declared[k])}, registry default {toml_value(v)}"
-        for k, v in expected.items()
-        if k in declared and (declared[k] != v or type(declared[k]) is not type(v))
-    ]
-    return problems
+TOML_HEADER = """\
+# Every run-config key with its default, written by `fedapp keys --toml` (tests/test_keys.py checks
+# this block equals its output: edit the dataclass, then paste the command's output here).
+# Kebab-case, flat; fedapp.core.config and each method's parameter dataclass validate them."""
+
+
+def toml_block() -> str:
+    """pyproject's ``[tool.flwr.app.config]`` block: the common keys, then each method family's
+    own keys once, under a comment naming the methods that read them."""
+    lines = [TOML_HEADER, "[tool.flwr.app.config]"]
+    written: set[str] = set()
+    for cls in [RunConfig, *dict.fromkeys(p for m in MODULES if (p := get_method(m).params) is not None)]:
+        new = {k: f for k, f in fields_of(cls).items() if k not in written}
+        if not new:
+            continue
+        if cls is not RunConfig:
+            users = [m for m in MODULES if (p := get_method(m).params) is not None and set(new) & set(fields_of(p))]
+            lines.append(f"# {', '.join(users)} ({cls.__name__})")
+        lines += [f"{k} = {toml_text.toml_value(f.default)}" for k, f in new.items()]
+        written |= set(new)
+    return "\n".join(lines)

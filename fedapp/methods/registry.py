@@ -1,6 +1,8 @@
 """Method registry: name -> the module whose ``METHOD`` (methods/base.py ``Method``) holds its server
-policy, client policy and hyperparameter dataclass. Modules load on first use, so resolving a
-run-config imports only the method it names (and no torch until then)."""
+policy, client policy and hyperparameter dataclass. Modules load on first use: resolving a
+run-config imports the method it names (and torch only through it); the other methods load only
+where the run-config holds a key that is neither a base key nor that method's own (to tell another
+method's key from a misspelt one), as a full Flower run-config with every default does."""
 
 from __future__ import annotations
 
@@ -54,9 +56,21 @@ def known_keys() -> set[str]:
     return {k for cls in all_param_classes() for k in fields_of(cls)}
 
 
+def allowed_keys(raw: Mapping[str, Any]) -> set[str]:
+    """The keys ``raw`` may hold: the base and its method's alone where that covers them (no other
+    method module is imported), else every method's (so an unknown key's error lists them all)."""
+    name = raw.get("method", fields_of(RunConfig)["method"].default)
+    if isinstance(name, str) and name in MODULES:
+        params = get_method(name).params
+        own = set(fields_of(RunConfig)) | (set(fields_of(params)) if params is not None else set())
+        if set(raw) <= own:
+            return own
+    return known_keys()
+
+
 def resolve(raw: Mapping[str, Any]) -> tuple[RunConfig, Method, Any]:
     """Validate a flat run-config: base keys, the method's keys, no unknown keys."""
-    check_known(raw, known_keys())
+    check_known(raw, allowed_keys(raw))
     cfg = parse(RunConfig, raw)
     check_model(cfg.model)
     method = get_method(cfg.method)

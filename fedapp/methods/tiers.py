@@ -28,6 +28,7 @@ from fedapp.core.masks import model_param_masks, neuron_layout
 from fedapp.methods.base import NodeTask, Reply, Scalar, ServerPolicy
 from fedapp.methods.early_stop import EarlyStopping
 from fedapp.methods.metric_names import CLIENT_ACTIVE_FRACTION, ES_ROUND_CODE
+from fedapp.methods.tier_facts import ACTIVE_FRACTION, TIER
 
 RECORD = "neuron-masks"
 
@@ -56,13 +57,13 @@ class TierParams:
 def active_fraction(pid: int, facts: dict[str, Any], params: TierParams, num_clients: int) -> float:
     """p for one client: node-config ``active-fraction``, else ``tier``, else its id cluster."""
     tiers = params.tier_values
-    if "active-fraction" in facts:
-        p = facts["active-fraction"]
+    if ACTIVE_FRACTION in facts:
+        p = facts[ACTIVE_FRACTION]
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
             raise ConfigError(f"node-config key 'active-fraction' = {p!r} (partition-id {pid}) is not allowed: expected a number in (0, 1]")
         return float(p)
-    if "tier" in facts:
-        t = facts["tier"]
+    if TIER in facts:
+        t = facts[TIER]
         if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < len(tiers):
             raise ConfigError(
                 f"node-config key 'tier' = {t!r} (partition-id {pid}) is not allowed: expected an index 0..{len(tiers) - 1} "
@@ -116,6 +117,18 @@ class TieredServer(ServerPolicy):
         self.layout = neuron_layout(model)
         per_round = max(1, round(cfg.fraction_train * len(pids)))
         self.es = EarlyStopping(pids, per_round, params.es_compare, params.early_stopping)
+
+    @classmethod
+    def check_config(cls, cfg: RunConfig, params: Any) -> None:
+        """Seed transport sends only the seed of the random neuron draw (``neurons``), which the
+        client expands the same way; a server that picks its neurons otherwise (FjORD: the leftmost
+        p*width of every layer, the same every round) has nothing a seed could carry, and its
+        clients would train neurons it never sent."""
+        if params.mask_transport == "seed" and cls.neurons is not TieredServer.neurons:
+            raise ConfigError(
+                f"run-config keys 'method' = {cfg.method!r} and 'mask-transport' = 'seed' cannot be combined: its sub-models "
+                "are fixed, not a seeded random draw, so a seed cannot carry them; expected mask-transport = 'bits'"
+            )
 
     def neurons(self, server_round: int, pid: int) -> list[np.ndarray]:
         """Kept neurons per hidden layer for this client and round (random by default)."""

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from fedapp.core.config import RunConfig
+    from fedapp.data import Dataset
 
 Builder = Callable[["RunConfig", tuple[int, ...], int], "nn.Module"]
 MODELS: dict[str, Builder] = {}
@@ -51,14 +52,16 @@ def build_model(cfg: RunConfig, in_shape: tuple[int, ...], num_classes: int, see
     return MODELS[cfg.model](cfg, in_shape, num_classes)
 
 
-def initial_model(cfg: RunConfig) -> nn.Module:
+def initial_model(cfg: RunConfig, ds: Dataset | None = None) -> nn.Module:
     """w0: the seeded initial model, which server and clients rebuild identically (on the
-    CPU, from the CPU generator; a client loads its values into the model on its device)."""
+    CPU, from the CPU generator; a client loads its values into the model on its device).
+    The one place w0 is built: the server loop and each client process call it."""
     import torch
 
-    from fedapp.data import dataset_for
+    if ds is None:
+        from fedapp.data import dataset_for
 
-    ds = dataset_for(cfg)
+        ds = dataset_for(cfg)
     with torch.device("cpu"):
         return build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
 

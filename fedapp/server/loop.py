@@ -33,7 +33,7 @@ from fedapp.data import Dataset, check_partition, dataset_for
 from fedapp.energy.ledger import Ledger
 from fedapp.methods.base import Method
 from fedapp.methods.registry import resolve
-from fedapp.models import build_model
+from fedapp.models import initial_model
 from fedapp.server import checkpoint, reply_checks, rundir
 from fedapp.server.progress import RoundLog, RoundReporter
 from fedapp.server.provenance import collect
@@ -105,8 +105,7 @@ def _serve(
             cfg = dataclasses.replace(cfg, num_clients=roster.num_clients)
             check_settings(cfg, method, params, raw_config)
         ds = dataset_for(cfg)
-        with torch.device("cpu"):  # w0 from the CPU generator on every machine
-            model = build_model(cfg, ds.in_shape, ds.num_classes, seed=cfg.seed)
+        model = initial_model(cfg, ds)  # w0 from the CPU generator on every machine
         initial = host_arrays(model.state_dict())
         model.to(device)
         config = resolved_config(cfg, params)
@@ -201,14 +200,14 @@ def rounds(
     log_meters(meters)
     ledger = Ledger()
     policy = method.server(cfg, params, initial, roster.info, model)
-    strategy = MaskedStrategy(cfg, policy, roster.nodes)
+    sampling = None if ckpt is None else ckpt.rng
+    strategy = MaskedStrategy(cfg, policy, roster.nodes, lambda: roster.refresh(cfg.round_timeout), sampling)
     strategy.scale = reply_checks.scales(initial)  # the step bound's unit, from the initial model in every round (also on resume)
     arrays, first, token, done, lineage = initial, 1, checkpoint.new_token(cfg.run_dir), False, Lineage()
     context_state = getattr(grid, "context_state", None)  # the in-process engine keeps Context.state with checkpoints
     if ckpt is not None:
         arrays, first, token, done = ckpt.arrays, ckpt.round + 1, ckpt.token, ckpt.finished
         policy.load_state(ckpt.policy)
-        strategy.rng.setstate(ckpt.rng)
         lineage = Lineage((*Lineage.parse(ckpt.lineage).starts, (first, secrets.token_hex(4))))  # client state: fedapp.core.state_rounds
         if context_state is not None:
             context_state.restore(Path(cfg.run_dir) / rundir.CLIENT_STATE / token)
@@ -221,8 +220,6 @@ def rounds(
             log.info("method finished after round %d", rnd - 1)
             break
         start, t_start = time.perf_counter(), time.time()
-        if rnd > first:
-            strategy.nodes = roster.refresh(cfg.round_timeout)
         train_msgs = strategy.configure_train(rnd, record, run_config, grid)
         result = strategy.aggregate_train(rnd, stop_on_config_errors(grid.send_and_receive(train_msgs, timeout=cfg.round_timeout)))
         if result.arrays is not None:
@@ -251,6 +248,6 @@ def rounds(
             context_state.save(Path(cfg.run_dir) / rundir.CLIENT_STATE / token)
         lineage_text = lineage_key.get("state-lineage", "")
         checkpoint.save(
-            cfg.run_dir, checkpoint.Checkpoint(rnd, arrays, policy.state(), strategy.rng.getstate(), token, done, config, lineage_text)
+            cfg.run_dir, checkpoint.Checkpoint(rnd, arrays, policy.state(), strategy.sampling_state(), token, done, config, lineage_text)
         )
     writer.save_model(policy.eval_arrays(arrays))  # the model that was evaluated

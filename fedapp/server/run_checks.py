@@ -41,7 +41,6 @@ def check_run(cfg: RunConfig, method: Method, params: Any, raw: Mapping[str, Any
     check_local_work(cfg, method, sizes)
     check_model_size(cfg, ds)
     check_local_tests(cfg, method, sizes)
-    check_mask_transport(cfg, method, params)
     method.server.check_config(cfg, params)
     return unused_keys(raw, cfg, method)
 
@@ -139,22 +138,6 @@ def check_local_tests(cfg: RunConfig, method: Method, sizes: tuple[SplitSize, ..
             f"run-config key 'local-test-fraction' = {cfg.local_test_fraction}: {why} every client on its local test split, "
             f"but client(s) {empty[:10]} have none (partition = {cfg.partition!r}); expected local-test-fraction > 0 "
             "(partition = 'shard': samples-per-client > 0 or local-test-source = 'test-set')"
-        )
-
-
-def check_mask_transport(cfg: RunConfig, method: Method, params: Any) -> None:
-    """Seed transport sends only the seed of the tiered server's random neuron draw, which the
-    client expands the same way; a server that picks its neurons otherwise (FjORD: the leftmost
-    p*width of every layer, the same every round) has nothing a seed could carry, and its
-    clients would train neurons it never sent."""
-    if getattr(params, "mask_transport", None) != "seed":
-        return
-    from fedapp.methods.tiers import TieredServer
-
-    if issubclass(method.server, TieredServer) and method.server.neurons is not TieredServer.neurons:
-        raise ConfigError(
-            f"run-config keys 'method' = {cfg.method!r} and 'mask-transport' = 'seed' cannot be combined: its sub-models "
-            "are fixed, not a seeded random draw, so a seed cannot carry them; expected mask-transport = 'bits'"
         )
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,10 +102,19 @@ def record_bytes(content: RecordDict, only: Iterable[str] | None = None, skip: I
 
 
 class MaskedStrategy(Strategy):
-    def __init__(self, cfg: RunConfig, policy: ServerPolicy, nodes: dict[int, int]):
-        """``nodes`` maps partition id -> Flower node id (from discovery)."""
-        self.cfg, self.policy, self.nodes = cfg, policy, dict(nodes)
+    def __init__(
+        self, cfg: RunConfig, policy: ServerPolicy, nodes: dict[int, int],
+        refresh: Callable[[], dict[int, int]] | None = None, sampling: Any = None,
+    ):  # fmt: skip
+        """``nodes`` maps partition id -> Flower node id (from discovery); ``refresh`` gives the
+        nodes anew before every round but the first this strategy configures (the roster's, which
+        follows nodes going offline and joining); ``sampling``: the client-sampling random state
+        to go on from (a checkpoint's, on resume)."""
+        self.cfg, self.policy, self.nodes, self.refresh = cfg, policy, dict(nodes), refresh
         self.rng = random.Random(cfg.seed)
+        if sampling is not None:
+            self.rng.setstate(sampling)
+        self.configured = 0  # rounds configured so far
         self.sent_pids: list[int] = []
         self.global_np: dict[str, np.ndarray] = {}
         self.stats = RoundStats()  # this round's, filled from configure_train to aggregate_train
@@ -116,12 +125,19 @@ class MaskedStrategy(Strategy):
         self.limits: tuple[dict[str, int], dict[str, int]] = ({}, {})  # most data bytes per values / mask array
         self.sizes = split_sizes(cfg)  # per partition: local train and test samples (deterministic split)
 
+    def sampling_state(self) -> Any:
+        """The client-sampling random state, as a checkpoint keeps it."""
+        return self.rng.getstate()
+
     # -- training -------------------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         self.global_np = wire.from_record(arrays)
         if not self.scale:  # the initial model's (server.rounds sets it, also on resume): never raised by an aggregate
             self.scale = checks.scales(self.global_np)
         self.limits = wire.byte_limits(self.global_np)
+        if self.configured and self.refresh is not None:
+            self.nodes = self.refresh()
+        self.configured += 1
         chosen = self.policy.select(server_round, sorted(self.nodes), self.rng)
         self.stats = RoundStats()
         self.sent_pids = list(chosen)

@@ -1,0 +1,55 @@
+"""The strategy owns its nodes and its client-sampling random state: it asks its node source
+anew before every round but its first, and goes on from a given sampling state (a resumed run)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from flwr.app import ConfigRecord
+from flwr.supercore.task_identity import TaskIdentity
+
+from fedapp.core import wire
+from fedapp.engine.run_local import full_config
+from fedapp.methods.base import ServerPolicy
+from fedapp.methods.registry import resolve
+from fedapp.server.strategy import MaskedStrategy
+
+W0 = {"w": np.zeros(3, np.float32)}
+
+
+def strategy(nodes: dict[int, int], **kwargs: object) -> MaskedStrategy:
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1  # type: ignore[misc]
+    cfg = resolve(full_config({"num-clients": 6, "fraction-train": 0.5}))[0]
+    return MaskedStrategy(cfg, ServerPolicy(cfg, None, W0, {}, torch.nn.Linear(1, 1)), nodes, **kwargs)  # type: ignore[arg-type]
+
+
+def sent_to(s: MaskedStrategy, rnd: int) -> list[int]:
+    return sorted(m.metadata.dst_node_id for m in s.configure_train(rnd, wire.to_record(W0), ConfigRecord({}), None))  # type: ignore[arg-type]
+
+
+def test_the_strategy_refreshes_its_nodes_before_every_round_but_its_first() -> None:
+    calls: list[int] = []
+    later = {0: 100, 1: 101}  # partitions 2..5 went offline, 0 and 1 came back on other nodes
+
+    def refresh() -> dict[int, int]:
+        calls.append(1)
+        return later
+
+    s = strategy({p: 10 + p for p in range(6)}, refresh=refresh)
+    first = sent_to(s, 1)
+    assert calls == [] and len(first) == 3 and set(first) <= {10, 11, 12, 13, 14, 15}
+    second = sent_to(s, 2)
+    assert len(second) == 1 and set(second) <= {100, 101} and calls == [1]  # half of the 2 nodes it now has
+    assert s.nodes == later
+
+
+def test_the_strategy_goes_on_from_a_given_sampling_state() -> None:
+    nodes = {p: 10 + p for p in range(6)}
+    a = strategy(nodes)
+    sent_to(a, 1)
+    state = a.sampling_state()
+    picks = [sent_to(a, r) for r in (2, 3, 4)]
+    b = strategy(nodes, sampling=state)  # a resumed run: its first round draws as the run's next one
+    assert [sent_to(b, r) for r in (2, 3, 4)] == picks
+    fresh = strategy(nodes)  # from the seed instead: other draws (the state above is not the seed's)
+    assert [sent_to(fresh, r) for r in (2, 3, 4)] != picks
