@@ -9,7 +9,7 @@ fedapp.data.on_device, already on the process's device (fedapp.device).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +24,15 @@ from fedapp.config import RunConfig
 from fedapp.data import dataset_for
 from fedapp.data.on_device import client_tensors
 from fedapp.device import host_arrays, load_host_arrays, node_device
+from fedapp.downlink import cache
 from fedapp.energy.phases import client_meter, phase, phase_metrics
 from fedapp.methods.base import ClientJob, ClientPolicy
 from fedapp.rundir import CLIENT_STATE
 from fedapp.runtime import configure_determinism, configure_threads
 from fedapp.state import ContextStore, DiskStore, token_folder
 from fedapp.state_rounds import Lineage, RoundStore
+
+Masks = dict[str, np.ndarray]
 
 
 def state_store(cfg: RunConfig, context: Context, run_token: str = "") -> ContextStore | DiskStore:
@@ -55,12 +58,16 @@ def node_local(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
     return cfg
 
 
-def load_global(pm: ProcessModel, content: RecordDict) -> dict[str, np.ndarray]:
+def load_global(pm: ProcessModel, content: RecordDict, cached: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]) -> Masks:
     """Set the process's model to w0 with the received global entries written in (every
     entry is overwritten, so nothing of an earlier message survives); return masks of what
-    was received."""
+    was received. A ``downlink = selected`` message is completed from the node's model
+    cache by ``cached`` (fedapp.downlink.cache), which raises CacheMiss before any training."""
     current = pm.initial
-    if "arrays-mask" in content.array_records:
+    if cache.DIGEST_KEY in content["config"]:  # type: ignore[operator]
+        values = cached(global_arrays(content["arrays"]))  # type: ignore[arg-type]
+        received = pm.everything
+    elif "arrays-mask" in content.array_records:
         got = wire.decode(content["arrays"], content["arrays-mask"], current, 1.0)  # type: ignore[arg-type]
         values = wire.scatter(got, current)
         received = wire.dense_masks(got, current)
@@ -87,12 +94,12 @@ def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
     server_round = int(config.get("server-round", 0))  # type: ignore[arg-type]
     ds = dataset_for(cfg)
     pm = process_model(cfg, ds, device)
-    received = load_global(pm, msg.content)
+    slots = state_store(cfg, context, str(config.get("run-token", "")))
+    received = load_global(pm, msg.content, lambda sent: cache.assemble(slots, pid, server_round, config, sent, pm.initial))
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + server_round * 10_007 + pid)
     records = {n: wire.from_record(r) for n, r in msg.content.array_records.items() if n not in wire.RESERVED}
     policy = method.client(cfg, params)
     lineage = Lineage.parse(str(config.get("state-lineage", "")))
-    slots = state_store(cfg, context, str(config.get("run-token", "")))
     store = RoundStore(slots, server_round, lineage, policy.state_schema(pm.model, pm.initial))
     data = client_tensors(cfg, pid, device)
     job = ClientJob(cfg, params, pid, server_round, config, records, pm.model, pm.initial, received, data, store, gen, device)  # type: ignore[arg-type]
@@ -100,7 +107,11 @@ def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
 
 
 def handle_train(msg: Message, context: Context) -> Message:
-    job, policy = make_job(msg, context)
+    try:
+        job, policy = make_job(msg, context)
+    except cache.CacheMiss as miss:  # nothing trains on a bad cache: the server sends this node the full model
+        pid = int(msg.content["config"].get("partition-id", context.node_config["partition-id"]))  # type: ignore[union-attr, arg-type]
+        return Message(RecordDict({"metrics": MetricRecord({"partition-id": pid, cache.MISS_METRIC: miss.code})}), reply_to=msg)
     meter = client_meter(job.cfg, context.node_config, job.device)
     with phase(meter) as window:
         result = policy.train(job)

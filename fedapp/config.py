@@ -257,6 +257,11 @@ class RunConfig:
     state_store: str = key(
         "auto", one_of("auto", "context", "disk"), "where client state lives between rounds; auto: disk where the node sets state-dir"
     )
+    downlink: str = key(
+        "full", one_of("full", "selected"),
+        "what a train message carries: the full global model, or only the tensors changed since the model the node last "
+        "received, completed from the node's model cache and checked against the server's digest (docs/downlink.md)",
+    )  # fmt: skip
     num_threads: int = key(1, thread_count, "torch/BLAS threads per client process")
     device: str = key("auto", device_check, "torch device to train on; auto: CUDA, else MPS, else CPU; a node's node-config device wins")
     deterministic: bool = key(

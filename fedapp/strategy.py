@@ -32,6 +32,8 @@ from fedapp import reply_checks as checks
 from fedapp import robust, wire
 from fedapp.config import RunConfig
 from fedapp.data.sizes import split_sizes
+from fedapp.downlink.server import Downlink
+from fedapp.downlink.traffic import Sizer, message_bytes, wire_row
 from fedapp.methods.base import NodeTask, Reply, ServerPolicy
 
 log = logging.getLogger("flwr")
@@ -52,6 +54,9 @@ class RoundStats:
     failed_pids: list[int] = field(default_factory=list)
     client_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
     anomaly: dict[int, dict[str, Any]] = field(default_factory=dict)  # per partition: fedapp.robust.anomaly's score
+    wire_down: dict[int, int] = field(default_factory=dict)  # per partition: serialized bytes of all messages sent (downlink.traffic)
+    wire_up: dict[int, int] = field(default_factory=dict)  # per partition: serialized bytes of every reply received
+    downlink: dict[str, Any] | None = None  # downlink = selected: who got the full model, a catch-up, a cache-miss resend
 
     def row(self, more_reasons: Iterable[str] = ()) -> dict[str, Any]:
         """The row's core round keys; ``more_reasons`` (the evaluation's) follow this round's own."""
@@ -63,6 +68,9 @@ class RoundStats:
         }  # fmt: skip
         if self.anomaly:
             row["anomaly"] = {str(pid): score for pid, score in sorted(self.anomaly.items())}
+        row.update(wire_row(self.wire_down, self.wire_up))
+        if self.downlink is not None:
+            row["downlink"] = self.downlink
         return row
 
 
@@ -114,6 +122,9 @@ class MaskedStrategy(Strategy):
         self.scale: dict[str, float] = {}  # per float tensor: the unit of the step bound (reply_checks.scales)
         self.limits: tuple[dict[str, int], dict[str, int]] = ({}, {})  # most data bytes per values / mask array
         self.sizes = split_sizes(cfg)  # per partition: local train and test samples (deterministic split)
+        self.downlink = Downlink(cfg.downlink)  # what each node holds (downlink = selected)
+        self.sizer = Sizer()  # serialized message sizes, shared records sized once per round
+        self.record = ArrayRecord()  # this round's global model as sent
 
     # -- training -------------------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
@@ -126,11 +137,18 @@ class MaskedStrategy(Strategy):
         self.sent_pids = list(chosen)
         self.sent_nodes = {pid: self.nodes[pid] for pid in chosen}
         self.tasks = {}
+        self.record = arrays
+        self.sizer.clear()
+        if self.downlink.selected:
+            self.downlink.start_round(server_round, arrays)
         messages = []
         for pid in chosen:
             task = self.tasks[pid] = self.policy.node_task(server_round, pid)
             content = RecordDict()
-            if task.download_masks is None:
+            extra: dict[str, Any] = {}
+            if task.download_masks is None and self.downlink.selected:
+                content["arrays"], extra = self.downlink.arrays_for(pid, self.nodes[pid], arrays)
+            elif task.download_masks is None:
                 content["arrays"] = arrays
             else:
                 content["arrays"], content["arrays-mask"] = wire.encode(self.global_np, task.download_masks)
@@ -138,11 +156,43 @@ class MaskedStrategy(Strategy):
                 if name in wire.RESERVED:
                     raise ValueError(f"method record name {name!r} clashes with a reserved record")
                 content[name] = wire.to_record(record)
-            content["config"] = ConfigRecord({**dict(config), **task.config, "server-round": server_round, "partition-id": pid})
+            content["config"] = ConfigRecord({**dict(config), **task.config, "server-round": server_round, "partition-id": pid, **extra})
             self.stats.bytes_down += record_bytes(content)
+            self.count_down(pid, content)
+            if extra:
+                self.downlink.sent[pid] = (self.nodes[pid], content)
             messages.append(self._message(content, pid, MessageType.TRAIN, server_round))
         self.stats.sent = len(messages)
+        if self.downlink.selected:
+            self.stats.downlink = self.downlink.notes.row()  # filled in as the round goes (cache-miss resends)
         return messages
+
+    def exchange(self, grid: Grid, messages: list[Message], server_round: int) -> list[Message]:
+        """Send the round's train messages and return the replies (``downlink = selected``: a node
+        that refused its cache gets the full model in a second exchange), counting every reply's bytes."""
+
+        def send(msgs: list[Message]) -> list[Message]:
+            replies = list(grid.send_and_receive(msgs, timeout=self.cfg.round_timeout))
+            self.count_up(replies, self.sent_nodes)
+            return replies
+
+        def message(content: RecordDict, pid: int) -> Message:
+            return self._message(content, pid, MessageType.TRAIN, server_round)
+
+        replies = self.downlink.exchange(send, messages, self.record, message, self.count_down)
+        if self.downlink.selected:
+            self.stats.downlink = self.downlink.notes.row()
+        return replies
+
+    def count_down(self, pid: int, content: RecordDict) -> None:
+        self.stats.wire_down[pid] = self.stats.wire_down.get(pid, 0) + self.sizer.size(content)
+
+    def count_up(self, replies: Iterable[Message], sent: dict[int, int]) -> None:
+        by_node = {node: pid for pid, node in sent.items()}
+        for msg in replies:
+            pid = by_node.get(msg.metadata.src_node_id)
+            if pid is not None and not msg.has_error():
+                self.stats.wire_up[pid] = self.stats.wire_up.get(pid, 0) + message_bytes(msg.content)
 
     def _message(self, content: RecordDict, pid: int, message_type: str, server_round: int) -> Message:
         """A message that expires with the round: a node that reconnects late never trains on a stale round."""
@@ -243,6 +293,7 @@ class MaskedStrategy(Strategy):
                 {**dict(config), **self.policy.eval_config(server_round, pid), "server-round": server_round, "partition-id": pid}
             )
             content = RecordDict({"arrays": arrays, "config": cfg})
+            self.count_down(pid, content)
             messages.append(self._message(content, pid, MessageType.EVALUATE, server_round))
         return messages
 
@@ -269,6 +320,8 @@ class MaskedStrategy(Strategy):
         """Check the evaluate replies and summarise their accuracies (``result.metrics`` is
         Flower's MetricRecord, None when no client reported one)."""
         result = EvalResult()
+        replies = list(replies)
+        self.count_up(replies, self.eval_nodes)
         for msg in replies:
             if msg.has_error():
                 result.reasons.append(f"node {msg.metadata.src_node_id}: evaluation failed ({msg.error.reason})")
