@@ -32,6 +32,7 @@ from fedapp import reply_checks as checks
 from fedapp import robust, wire
 from fedapp.config import RunConfig
 from fedapp.data.sizes import split_sizes
+from fedapp.downlink.precision import narrow, widen
 from fedapp.downlink.server import Downlink
 from fedapp.downlink.traffic import Sizer, message_bytes, wire_row
 from fedapp.methods.base import NodeTask, Reply, ServerPolicy
@@ -137,10 +138,11 @@ class MaskedStrategy(Strategy):
         self.sent_pids = list(chosen)
         self.sent_nodes = {pid: self.nodes[pid] for pid in chosen}
         self.tasks = {}
+        sent_np, arrays = self.on_wire(arrays)
         self.record = arrays
         self.sizer.clear()
         if self.downlink.selected:
-            self.downlink.start_round(server_round, arrays)
+            self.downlink.start_round(server_round, arrays, widen(sent_np, self.global_np, self.cfg.wire_dtype))
         messages = []
         for pid in chosen:
             task = self.tasks[pid] = self.policy.node_task(server_round, pid)
@@ -151,7 +153,7 @@ class MaskedStrategy(Strategy):
             elif task.download_masks is None:
                 content["arrays"] = arrays
             else:
-                content["arrays"], content["arrays-mask"] = wire.encode(self.global_np, task.download_masks)
+                content["arrays"], content["arrays-mask"] = wire.encode(sent_np, task.download_masks)
             for name, record in task.records.items():
                 if name in wire.RESERVED:
                     raise ValueError(f"method record name {name!r} clashes with a reserved record")
@@ -166,6 +168,13 @@ class MaskedStrategy(Strategy):
         if self.downlink.selected:
             self.stats.downlink = self.downlink.notes.row()  # filled in as the round goes (cache-miss resends)
         return messages
+
+    def on_wire(self, arrays: ArrayRecord) -> tuple[dict[str, np.ndarray], ArrayRecord]:
+        """The global arrays as they travel (``wire-dtype``) and their record (``arrays`` itself at float32)."""
+        if self.cfg.wire_dtype == "float32":
+            return self.global_np, arrays
+        sent = narrow(wire.from_record(arrays), self.cfg.wire_dtype)
+        return sent, wire.to_record(sent)
 
     def exchange(self, grid: Grid, messages: list[Message], server_round: int) -> list[Message]:
         """Send the round's train messages and return the replies (``downlink = selected``: a node
@@ -216,7 +225,7 @@ class MaskedStrategy(Strategy):
         mask = content.array_records.get("mask")
         if mask is not None:
             checks.check_arrays(mask, self.limits[1], "mask")
-        contribution = wire.decode(content.array_records["values"], mask, self.global_np, self.policy.weight(metrics))
+        contribution = wire.decode(content.array_records["values"], mask, self.global_np, self.policy.weight(metrics), self.cfg.wire_dtype)
         checks.within_task(contribution, self.policy.upload_allowed(server_round, pid, self.tasks[pid]))
         step = checks.reply_step(contribution, self.global_np, self.scale)
         records = {n: checks.decode_record(content.array_records[n], spec, n) for n, spec in specs.items() if n in content}
@@ -287,6 +296,7 @@ class MaskedStrategy(Strategy):
         if not (self.policy.personalized_eval or self.cfg.personalized_eval) or not self.personal_eval_round(server_round):
             return []
         messages = []
+        arrays = self.on_wire(arrays)[1]
         self.eval_nodes = dict(self.nodes)
         for pid in sorted(self.nodes):
             cfg = ConfigRecord(

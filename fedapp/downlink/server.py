@@ -15,10 +15,11 @@ tensors]), ``cache_miss`` (partition: the node's reason).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
 from fedapp.downlink.cache import BASE_DIGEST_KEY, BASE_KEY, DIGEST_KEY, MISS_METRIC, REASONS
@@ -61,12 +62,11 @@ class Downlink:
     def selected(self) -> bool:
         return self.mode == "selected"
 
-    def start_round(self, server_round: int, arrays: ArrayRecord) -> None:
-        """Digest the round's global model (tensor digests of the record's arrays as sent)."""
-        from fedapp.wire import view_array
-
+    def start_round(self, server_round: int, arrays: ArrayRecord, values: Mapping[str, np.ndarray]) -> None:
+        """Digest the round's global model: ``values`` are the record's ``arrays`` as the node reads
+        them (widened from the wire dtype), which is what it caches and hashes."""
         self.round, self.notes, self.sent, self._subsets = server_round, Notes(), {}, {}
-        self.history[server_round] = {n: tensor_digest(n, view_array(a)) for n, a in arrays.items()}
+        self.history[server_round] = {n: tensor_digest(n, values[n]) for n in arrays}
         self.digest = model_digest(self.history[server_round])
         keep = {h.round for h in self.held.values()} | {server_round}
         for r in [r for r in self.history if r not in keep]:
