@@ -4,6 +4,8 @@ untouched), and a reply that ignores ``wire-dtype`` refused by the server's deco
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -49,3 +51,31 @@ def test_masks_travel_unchanged_and_a_float32_reply_under_a_half_wire_is_refused
     dense32, _ = wire.encode({"w": w})
     with pytest.raises(wire.WireError, match="expected float16"):
         wire.decode(dense32, None, {"w": w}, 1.0, "float16")
+
+
+def test_a_float16_run_sends_half_values_both_ways_and_the_server_averages_them_in_float64(tmp_path: Path) -> None:
+    from fedapp.client_app import app
+    from fedapp.engine.run_local import full_config
+    from fedapp.server import serve
+    from tests.test_downlink import Recording
+
+    raw = full_config({
+        "dataset": "digits", "model": "mlp", "partition": "iid", "num-clients": 2, "local-steps": 2, "num-server-rounds": 2,
+        "client-weighting": "uniform", "wire-dtype": "float16", "run-dir": str(tmp_path / "run"),
+    })  # fmt: skip
+    grid = Recording(raw, 2)
+    assert grid.client_app is app
+    serve(grid, raw, discovery_timeout=5.0)
+    for msg, reply in grid.train:
+        assert {a.dtype for a in msg.content["arrays"].values()} == {"float16"}  # type: ignore[union-attr]
+        assert {a.dtype for a in reply.content["values"].values()} == {"float16"}  # type: ignore[union-attr]
+    first = [(m, r) for m, r in grid.train if m.content["config"]["server-round"] == 1]
+    second = wire.from_record(grid.train[-1][0].content["arrays"])  # type: ignore[arg-type]
+    start = widen(wire.from_record(first[0][0].content["arrays"]), second, "float16")  # type: ignore[arg-type]
+    like = {n: a.astype(np.float32) for n, a in second.items()}
+    replies = [widen(wire.from_record(r.content["values"]), like, "float16") for _, r in first]  # type: ignore[arg-type]
+    for name, g in start.items():
+        avg = (replies[0][name].astype(np.float64) + replies[1][name].astype(np.float64)) / 2.0
+        g64 = g.astype(np.float64)
+        want = (g64 - 1.0 * (g64 - avg)).astype(np.float32).astype(np.float16)
+        assert np.array_equal(second[name], want), name
