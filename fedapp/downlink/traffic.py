@@ -20,11 +20,9 @@ class Sizer:
         total = 0
         for name, record in content.items():
             key = (name, id(record))
-            hit = self._sizes.get(key)
-            if hit is None or hit[0] is not record:
-                hit = (record, recorddict_to_proto(RecordDict({name: record})).ByteSize())
-                self._sizes[key] = hit
-            total += hit[1]
+            if key not in self._sizes:  # the entry keeps the record alive, so its id names no other record meanwhile
+                self._sizes[key] = (record, recorddict_to_proto(RecordDict({name: record})).ByteSize())
+            total += self._sizes[key][1]
         return total
 
     def clear(self) -> None:
