@@ -50,7 +50,7 @@ def final_acc(rows: list[dict[str, Any]]) -> float:
 
 
 def cell(values: list[float], fmt: str = ".2f") -> str:
-    return f"{statistics.mean(values):{fmt}}" + (f" ± {statistics.stdev(values):{fmt}}" if len(values) > 1 else "")
+    return f"{statistics.mean(values):{fmt}}" + (f" ± {statistics.stdev(values):{fmt.lstrip('+')}}" if len(values) > 1 else "")
 
 
 def main() -> None:
