@@ -117,8 +117,9 @@ class Downlink:
             content = self.full_content(pid, arrays)
             on_send(pid, content)
             retry.append(make(content, pid))
-        if retry:
-            kept.extend(send(retry))
+        if retry:  # in the order the round sent its messages: the same float64 sums as under full
+            order = {m.metadata.dst_node_id: i for i, m in enumerate(messages)}
+            kept = sorted([*kept, *send(retry)], key=lambda m: order.get(m.metadata.src_node_id, len(order)))
         answered = {by_node[m.metadata.src_node_id] for m in kept if not m.has_error() and m.metadata.src_node_id in by_node}
         for pid, (node, _) in self.sent.items():
             if pid in answered and miss_code_of(kept, node) is None:
