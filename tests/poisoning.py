@@ -45,11 +45,15 @@ ATTACKS: dict[str, Attack] = {
 }
 
 
+def no_cache(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    raise AssertionError("a downlink = full message never reads the model cache")
+
+
 def poison(msg: Message, reply: Message, context: Context, attack: Attack) -> Message:
     """``reply`` (to the train task ``msg``) with every sent float entry rewritten by ``attack``."""
     cfg = node_local(resolve_once(context.run_config)[0], context.node_config)
     pm = process_model(cfg, dataset_for(cfg), torch.device("cpu"))
-    load_global(pm, msg.content)
+    load_global(pm, msg.content, no_cache)  # the attacks run with downlink = full: the message holds every entry
     current = host_arrays(pm.model.state_dict())
     sent = wire.decode(reply.content.array_records["values"], reply.content.array_records.get("mask"), current, 1.0)
     out = {}

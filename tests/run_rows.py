@@ -13,8 +13,14 @@ def is_timing(key: str) -> bool:
     return key in ("seconds", "train_seconds", "time_start", "time_end", "client_windows") or key.endswith(("_s", "_j"))
 
 
-def outcome_rows(run_dir: Path) -> list[dict[str, Any]]:
-    """Every round's row with the timing keys dropped."""
+WIRE = frozenset({"wire_bytes_down", "wire_bytes_up", "wire_bytes_clients", "mb_total"})
+"""Serialized message sizes: they include each message's config, which after a resume also names the
+run's lineage (fedapp.core.state_rounds), so a resumed run's rows differ from the uninterrupted run's there."""
+
+
+def outcome_rows(run_dir: Path, skip: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """Every round's row with the timing keys (and ``skip``) dropped."""
     return [
-        {k: v for k, v in json.loads(line).items() if not is_timing(k)} for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+        {k: v for k, v in json.loads(line).items() if not is_timing(k) and k not in skip}
+        for line in (run_dir / "metrics.jsonl").read_text().splitlines()
     ]

@@ -13,7 +13,7 @@ from fedapp.client_app import app as client_app
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
 from fedapp.server.loop import serve
-from tests.run_rows import outcome_rows
+from tests.run_rows import WIRE, outcome_rows
 
 PERSONAL = ("personalized_accuracy", "personalized_accuracy_min", "personalized_accuracy_max", "evaluated_clients")
 
@@ -41,7 +41,7 @@ def run(tmp: Path, every: int) -> tuple[list[dict[str, Any]], dict[int, int]]:
         }
     )  # fmt: skip
     grid = CountingGrid(client_app, raw, 4)
-    return outcome_rows(serve(grid, raw, discovery_timeout=5)), grid.evaluated
+    return outcome_rows(serve(grid, raw, discovery_timeout=5), WIRE), grid.evaluated  # wire sizes count the evaluations
 
 
 def test_every_third_round_and_the_last_evaluate_all_clients_with_the_same_numbers(tmp_path: Path) -> None:

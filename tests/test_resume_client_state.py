@@ -24,7 +24,7 @@ from fedapp.core.state import ContextStore, DiskStore
 from fedapp.core.state_rounds import ATTEMPT, PREV, Lineage, RoundStore, stamp
 from fedapp.engine.run_local import run_local
 from fedapp.server import checkpoint
-from tests.run_rows import outcome_rows
+from tests.run_rows import WIRE, outcome_rows
 
 N, ROUNDS, KILL_ROUND, KILL_AT = 5, 4, 3, 3
 BASE = {
@@ -62,9 +62,9 @@ def test_a_run_killed_mid_round_resumes_with_every_clients_state(tmp_path: Path,
         killed = client_state(cut)
         assert sum(stamp(e)[0] == KILL_ROUND for name, e in killed.items() if ".prev" not in name) == KILL_AT - 1
     run_local({**cfg, "resume": True, "run-dir": str(cut)})
-    rows = outcome_rows(cut)
+    rows = outcome_rows(cut, WIRE)
     assert [r["round"] for r in rows] == list(range(1, ROUNDS + 1))
-    assert rows == outcome_rows(straight)
+    assert rows == outcome_rows(straight, WIRE)
     assert rows[-1]["evaluated_clients"] == N and rows[-1]["personal_fraction"] > 0
     a, b = np.load(straight / "model.npz"), np.load(cut / "model.npz")
     assert a.files == b.files

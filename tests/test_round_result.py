@@ -13,6 +13,7 @@ def result(method_metrics: dict[str, object]) -> RoundResult:
     stats = RoundStats(sent=2, clients=1, failures=1, bytes_up=10, bytes_down=20, coverage=0.5, reasons=["node 7: gone"])
     stats.failed_pids = [1]
     stats.client_metrics = {0: {"train-seconds": 1.5}}
+    stats.wire_down, stats.wire_up = {0: 300, 1: 200}, {0: 40}
     return RoundResult(ArrayRecord(), MetricRecord({"clients": 1}), stats, method_metrics=method_metrics)
 
 
@@ -23,6 +24,7 @@ def test_row_holds_core_eval_and_method_keys_in_order() -> None:
         "round": 3, "accuracy": 0.25, "loss": 2.0, "clients": 1, "failures": 1, "bytes_up": 10, "bytes_up_eval": 0,
         "bytes_down": 20, "coverage": 0.5, "failed_pids": [1],
         "failure_reasons": ["node 7: gone", "node 8: evaluation dropped (x)"],
+        "wire_bytes_down": 500, "wire_bytes_up": 40, "wire_bytes_clients": {"0": [300, 40], "1": [200, 0]}, "mb_total": 540 / 1e6,
         "eval_failures": 1, "warmup": True, "train_seconds": {"0": 1.5},
     }  # fmt: skip
     assert list(row)[-3:] == ["eval_failures", "warmup", "train_seconds"]

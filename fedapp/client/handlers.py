@@ -9,7 +9,7 @@ fedapp.data.on_device, already on the process's device (fedapp.core.device).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,13 @@ from fedapp.core.state import ContextStore, DiskStore, token_folder
 from fedapp.core.state_rounds import Lineage, RoundStore
 from fedapp.data import dataset_for
 from fedapp.data.on_device import client_tensors
+from fedapp.downlink import cache
+from fedapp.downlink.precision import narrow, widen
 from fedapp.energy.phases import client_meter, phase, phase_metrics
 from fedapp.methods.base import ClientJob, ClientPolicy
 from fedapp.server.rundir import CLIENT_STATE
+
+Masks = dict[str, np.ndarray]
 
 
 def state_store(cfg: RunConfig, context: Context, run_token: str = "") -> ContextStore | DiskStore:
@@ -55,17 +59,24 @@ def node_local(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
     return cfg
 
 
-def load_global(pm: ProcessModel, content: RecordDict) -> dict[str, np.ndarray]:
+def load_global(
+    pm: ProcessModel, content: RecordDict, cached: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], wire_dtype: str = "float32"
+) -> Masks:
     """Set the process's model to w0 with the received global entries written in (every
     entry is overwritten, so nothing of an earlier message survives); return masks of what
-    was received."""
+    was received. A ``downlink = selected`` message is completed from the node's model
+    cache by ``cached`` (fedapp.downlink.cache), which raises CacheMiss before any training.
+    Float32 tensors sent as ``wire_dtype`` (fedapp.downlink.precision) are widened first."""
     current = pm.initial
-    if "arrays-mask" in content.array_records:
-        got = wire.decode(content["arrays"], content["arrays-mask"], current, 1.0)  # type: ignore[arg-type]
+    if cache.DIGEST_KEY in content["config"]:  # type: ignore[operator]
+        values = cached(widen(global_arrays(content["arrays"]), current, wire_dtype))  # type: ignore[arg-type]
+        received = pm.everything
+    elif "arrays-mask" in content.array_records:
+        got = wire.decode(content["arrays"], content["arrays-mask"], current, 1.0, wire_dtype)  # type: ignore[arg-type]
         values = wire.scatter(got, current)
         received = wire.dense_masks(got, current)
     else:
-        values = global_arrays(content["arrays"])  # type: ignore[arg-type]
+        values = widen(global_arrays(content["arrays"]), current, wire_dtype)  # type: ignore[arg-type]
         missing = set(current) - set(values)
         if missing:
             raise ValueError(f"global arrays lack {sorted(missing)}")
@@ -87,12 +98,12 @@ def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
     server_round = int(config.get("server-round", 0))  # type: ignore[arg-type]
     ds = dataset_for(cfg)
     pm = process_model(cfg, ds, device)
-    received = load_global(pm, msg.content)
+    slots = state_store(cfg, context, str(config.get("run-token", "")))
+    received = load_global(pm, msg.content, lambda sent: cache.assemble(slots, pid, server_round, config, sent, pm.initial), cfg.wire_dtype)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + server_round * 10_007 + pid)
     records = {n: wire.from_record(r) for n, r in msg.content.array_records.items() if n not in wire.RESERVED}
     policy = method.client(cfg, params)
     lineage = Lineage.parse(str(config.get("state-lineage", "")))
-    slots = state_store(cfg, context, str(config.get("run-token", "")))
     store = RoundStore(slots, server_round, lineage, policy.state_schema(pm.model, pm.initial))
     data = client_tensors(cfg, pid, device)
     job = ClientJob(cfg, params, pid, server_round, config, records, pm.model, pm.initial, received, data, store, gen, device)  # type: ignore[arg-type]
@@ -100,13 +111,17 @@ def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
 
 
 def handle_train(msg: Message, context: Context) -> Message:
-    job, policy = make_job(msg, context)
+    try:
+        job, policy = make_job(msg, context)
+    except cache.CacheMiss as miss:  # nothing trains on a bad cache: the server sends this node the full model
+        pid = int(msg.content["config"].get("partition-id", context.node_config["partition-id"]))  # type: ignore[union-attr, arg-type]
+        return Message(RecordDict({"metrics": MetricRecord({"partition-id": pid, cache.MISS_METRIC: miss.code})}), reply_to=msg)
     meter = client_meter(job.cfg, context.node_config, job.device)
     with phase(meter) as window:
         result = policy.train(job)
     state = host_arrays(job.model.state_dict())
     upload = {k: v for k, v in state.items() if is_averaged(v) and (result.upload is None or k in result.upload)}
-    values, mask = wire.encode(upload, result.masks)
+    values, mask = wire.encode(narrow(upload, job.cfg.wire_dtype), result.masks)
     metrics = {**result.metrics, "partition-id": job.pid, **phase_metrics("train", window, meter, job.pid, context.state)}
     content = RecordDict({"values": values, "mask": mask, "metrics": MetricRecord({k: float(v) for k, v in metrics.items()})})
     for name, record in result.records.items():

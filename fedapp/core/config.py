@@ -283,6 +283,16 @@ class RunConfig:
     state_store: str = key(
         "auto", one_of("auto", "context", "disk"), "where client state lives between rounds; auto: disk where the node sets state-dir"
     )
+    wire_dtype: str = key(
+        "float32", one_of("float32", "float16", "bfloat16"),
+        "how float32 tensors travel, both ways: as they are, or as 16-bit values (the server still averages in float64 "
+        "and keeps a float32 model; masks, integer buffers and method records are unchanged)",
+    )  # fmt: skip
+    downlink: str = key(
+        "full", one_of("full", "selected"),
+        "what a train message carries: the full global model, or only the tensors changed since the model the node last "
+        "received, completed from the node's model cache and checked against the server's digest (docs/downlink.md)",
+    )  # fmt: skip
     num_threads: int = key(1, thread_count, "torch/BLAS threads per client process")
     device: str = key("auto", device_check, "torch device to train on; auto: CUDA, else MPS, else CPU; a node's node-config device wins")
     deterministic: bool = key(

@@ -24,6 +24,7 @@ from flwr.app import Array, ArrayRecord
 from flwr.common.constant import SType
 
 from fedapp.core.aggregate import Contribution
+from fedapp.downlink.precision import widen
 
 ROWS, COLS = "#rows", "#cols"
 RESERVED = frozenset(
@@ -137,9 +138,15 @@ def _unpack(bits: np.ndarray, count: int, what: str) -> np.ndarray:
     return np.unpackbits(bits, count=count).astype(bool)
 
 
-def decode(values: ArrayRecord, mask: ArrayRecord | None, expected: dict[str, np.ndarray], weight: float) -> Contribution:
-    """Decode and validate a reply against the server's tensors (names, shapes, dtypes)."""
-    vals = from_record(values)
+def decode(
+    values: ArrayRecord, mask: ArrayRecord | None, expected: dict[str, np.ndarray], weight: float, wire_dtype: str = "float32"
+) -> Contribution:
+    """Decode and validate a reply against the server's tensors (names, shapes, dtypes); float32
+    tensors sent as ``wire_dtype`` (fedapp.downlink.precision) are widened first."""
+    try:
+        vals = widen(from_record(values), expected, wire_dtype)
+    except ValueError as err:
+        raise WireError(str(err)) from None
     bits = from_record(mask) if mask is not None else {}
     masks: dict[str, np.ndarray] = {}
     for name, v in vals.items():

@@ -27,6 +27,7 @@ from fedapp.report.plot import plot
 from fedapp.report.provenance import provenance
 from fedapp.report.sections import group_target, per_seed_table, warmup_table
 from fedapp.report.summary import summarise, write_summary
+from fedapp.report.traffic import has_traffic, traffic_table
 from fedapp.server.results import Run, read_config_and_provenance, read_metrics
 
 IGNORED_IN_GROUPING = {"seed", "run-dir", "resume", "overwrite", "discovery-timeout", "provenance"}  # how and where a run started
@@ -202,6 +203,8 @@ def report(
         md += "\n" + per_seed_table(groups, target, key)
     if warmup:
         md += "\n" + warmup_table(groups)
+    if has_traffic(groups):
+        md += "\n" + traffic_table(groups, baseline)
     anomalies = anomaly_table(runs)
     if anomalies:
         md += "\n" + anomalies

@@ -163,7 +163,7 @@ CORE_KEYS = frozenset({
     "round", "accuracy", "loss", "clients", "failures", "bytes_up", "bytes_up_eval", "bytes_down", "coverage",
     "failed_pids", "failure_reasons", "eval_failures", "personalized_accuracy", "personalized_accuracy_min",
     "personalized_accuracy_max", "evaluated_clients", "aggregate_rejected", "train_seconds", "seconds", "roster_refused",
-    "anomaly",
+    "anomaly", "wire_bytes_up", "wire_bytes_down", "wire_bytes_clients", "mb_total", "downlink",
 })  # fmt: skip
 """The round loop's own metrics.jsonl keys; a method's metrics may not reuse one, nor one of the
 time and energy keys the ledger adds after them (fedapp.energy.ledger; checked in ``rounds``)."""
@@ -221,7 +221,7 @@ def rounds(
             break
         start, t_start = time.perf_counter(), time.time()
         train_msgs = strategy.configure_train(rnd, record, run_config, grid)
-        result = strategy.aggregate_train(rnd, stop_on_config_errors(grid.send_and_receive(train_msgs, timeout=cfg.round_timeout)))
+        result = strategy.aggregate_train(rnd, stop_on_config_errors(strategy.exchange(grid, list(train_msgs), rnd)))
         if result.arrays is not None:
             record = result.arrays
         evaluated = EvalResult()

@@ -31,6 +31,9 @@ from flwr.serverapp.strategy import Strategy
 from fedapp.core import wire
 from fedapp.core.config import RunConfig
 from fedapp.data.sizes import split_sizes
+from fedapp.downlink.precision import narrow, widen
+from fedapp.downlink.server import Downlink
+from fedapp.downlink.traffic import Sizer, message_bytes, wire_row
 from fedapp.methods.base import NodeTask, Reply, ServerPolicy
 from fedapp.server import reply_checks as checks
 from fedapp.server import robust
@@ -53,6 +56,9 @@ class RoundStats:
     failed_pids: list[int] = field(default_factory=list)
     client_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
     anomaly: dict[int, dict[str, Any]] = field(default_factory=dict)  # per partition: fedapp.server.robust.anomaly's score
+    wire_down: dict[int, int] = field(default_factory=dict)  # per partition: serialized bytes of all messages sent (downlink.traffic)
+    wire_up: dict[int, int] = field(default_factory=dict)  # per partition: serialized bytes of every reply received
+    downlink: dict[str, Any] | None = None  # downlink = selected: who got the full model, a catch-up, a cache-miss resend
 
     def row(self, more_reasons: Iterable[str] = ()) -> dict[str, Any]:
         """The row's core round keys; ``more_reasons`` (the evaluation's) follow this round's own."""
@@ -64,6 +70,9 @@ class RoundStats:
         }  # fmt: skip
         if self.anomaly:
             row["anomaly"] = {str(pid): score for pid, score in sorted(self.anomaly.items())}
+        row.update(wire_row(self.wire_down, self.wire_up))
+        if self.downlink is not None:
+            row["downlink"] = self.downlink
         return row
 
 
@@ -124,6 +133,9 @@ class MaskedStrategy(Strategy):
         self.scale: dict[str, float] = {}  # per float tensor: the unit of the step bound (reply_checks.scales)
         self.limits: tuple[dict[str, int], dict[str, int]] = ({}, {})  # most data bytes per values / mask array
         self.sizes = split_sizes(cfg)  # per partition: local train and test samples (deterministic split)
+        self.downlink = Downlink(cfg.downlink)  # what each node holds (downlink = selected)
+        self.sizer = Sizer()  # serialized message sizes, shared records sized once per round
+        self.record = ArrayRecord()  # this round's global model as sent
 
     def sampling_state(self) -> Any:
         """The client-sampling random state, as a checkpoint keeps it."""
@@ -143,23 +155,70 @@ class MaskedStrategy(Strategy):
         self.sent_pids = list(chosen)
         self.sent_nodes = {pid: self.nodes[pid] for pid in chosen}
         self.tasks = {}
+        sent_np, arrays = self.on_wire(arrays)
+        self.record = arrays
+        self.sizer.clear()
+        if self.downlink.selected:
+            self.downlink.start_round(server_round, arrays, widen(sent_np, self.global_np, self.cfg.wire_dtype))
         messages = []
         for pid in chosen:
             task = self.tasks[pid] = self.policy.node_task(server_round, pid)
             content = RecordDict()
-            if task.download_masks is None:
+            extra: dict[str, Any] = {}
+            if task.download_masks is None and self.downlink.selected:
+                content["arrays"], extra = self.downlink.arrays_for(pid, self.nodes[pid], arrays)
+            elif task.download_masks is None:
                 content["arrays"] = arrays
             else:
-                content["arrays"], content["arrays-mask"] = wire.encode(self.global_np, task.download_masks)
+                content["arrays"], content["arrays-mask"] = wire.encode(sent_np, task.download_masks)
             for name, record in task.records.items():
                 if name in wire.RESERVED:
                     raise ValueError(f"method record name {name!r} clashes with a reserved record")
                 content[name] = wire.to_record(record)
-            content["config"] = ConfigRecord({**dict(config), **task.config, "server-round": server_round, "partition-id": pid})
+            content["config"] = ConfigRecord({**dict(config), **task.config, "server-round": server_round, "partition-id": pid, **extra})
             self.stats.bytes_down += record_bytes(content)
+            self.count_down(pid, content)
+            if extra:
+                self.downlink.sent[pid] = (self.nodes[pid], content)
             messages.append(self._message(content, pid, MessageType.TRAIN, server_round))
         self.stats.sent = len(messages)
+        if self.downlink.selected:
+            self.stats.downlink = self.downlink.notes.row()  # filled in as the round goes (cache-miss resends)
         return messages
+
+    def on_wire(self, arrays: ArrayRecord) -> tuple[dict[str, np.ndarray], ArrayRecord]:
+        """The global arrays as they travel (``wire-dtype``) and their record (``arrays`` itself at float32)."""
+        if self.cfg.wire_dtype == "float32":
+            return self.global_np, arrays
+        sent = narrow(wire.from_record(arrays), self.cfg.wire_dtype)
+        return sent, wire.to_record(sent)
+
+    def exchange(self, grid: Grid, messages: list[Message], server_round: int) -> list[Message]:
+        """Send the round's train messages and return the replies (``downlink = selected``: a node
+        that refused its cache gets the full model in a second exchange), counting every reply's bytes."""
+
+        def send(msgs: list[Message]) -> list[Message]:
+            replies = list(grid.send_and_receive(msgs, timeout=self.cfg.round_timeout))
+            self.count_up(replies, self.sent_nodes)
+            return replies
+
+        def message(content: RecordDict, pid: int) -> Message:
+            return self._message(content, pid, MessageType.TRAIN, server_round)
+
+        replies = self.downlink.exchange(send, messages, self.record, message, self.count_down)
+        if self.downlink.selected:
+            self.stats.downlink = self.downlink.notes.row()
+        return replies
+
+    def count_down(self, pid: int, content: RecordDict) -> None:
+        self.stats.wire_down[pid] = self.stats.wire_down.get(pid, 0) + self.sizer.size(content)
+
+    def count_up(self, replies: Iterable[Message], sent: dict[int, int]) -> None:
+        by_node = {node: pid for pid, node in sent.items()}
+        for msg in replies:
+            pid = by_node.get(msg.metadata.src_node_id)
+            if pid is not None and not msg.has_error():
+                self.stats.wire_up[pid] = self.stats.wire_up.get(pid, 0) + message_bytes(msg.content)
 
     def _message(self, content: RecordDict, pid: int, message_type: str, server_round: int) -> Message:
         """A message that expires with the round: a node that reconnects late never trains on a stale round."""
@@ -183,7 +242,7 @@ class MaskedStrategy(Strategy):
         mask = content.array_records.get("mask")
         if mask is not None:
             checks.check_arrays(mask, self.limits[1], "mask")
-        contribution = wire.decode(content.array_records["values"], mask, self.global_np, self.policy.weight(metrics))
+        contribution = wire.decode(content.array_records["values"], mask, self.global_np, self.policy.weight(metrics), self.cfg.wire_dtype)
         checks.within_task(contribution, self.policy.upload_allowed(server_round, pid, self.tasks[pid]))
         step = checks.reply_step(contribution, self.global_np, self.scale)
         records = {n: checks.decode_record(content.array_records[n], spec, n) for n, spec in specs.items() if n in content}
@@ -254,12 +313,14 @@ class MaskedStrategy(Strategy):
         if not (self.policy.personalized_eval or self.cfg.personalized_eval) or not self.personal_eval_round(server_round):
             return []
         messages = []
+        arrays = self.on_wire(arrays)[1]
         self.eval_nodes = dict(self.nodes)
         for pid in sorted(self.nodes):
             cfg = ConfigRecord(
                 {**dict(config), **self.policy.eval_config(server_round, pid), "server-round": server_round, "partition-id": pid}
             )
             content = RecordDict({"arrays": arrays, "config": cfg})
+            self.count_down(pid, content)
             messages.append(self._message(content, pid, MessageType.EVALUATE, server_round))
         return messages
 
@@ -286,6 +347,8 @@ class MaskedStrategy(Strategy):
         """Check the evaluate replies and summarise their accuracies (``result.metrics`` is
         Flower's MetricRecord, None when no client reported one)."""
         result = EvalResult()
+        replies = list(replies)
+        self.count_up(replies, self.eval_nodes)
         for msg in replies:
             if msg.has_error():
                 result.reasons.append(f"node {msg.metadata.src_node_id}: evaluation failed ({msg.error.reason})")
