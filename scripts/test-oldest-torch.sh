@@ -2,7 +2,7 @@
 # The oldest-torch leg: the test suite without its Flower-process and slow tests, on the oldest
 # torch/torchvision pyproject.toml declares (the Jetson image's: torch 2.6 + torchvision 0.21) and
 # Python 3.12 (the Jetson image's). Run before each release; the result is recorded in docs/results.md
-# ("Oldest torch"). Not in CI: it installs a second environment (~4 GB with PyPI's CUDA wheels) and
+# ("Foundation: the oldest torch"). Not in CI: it installs a second environment (~4 GB with PyPI's CUDA wheels) and
 # runs for minutes, past the suite's budget.
 #
 #   scripts/test-oldest-torch.sh [pytest args]     e.g. -n 0 tests/test_train.py
