@@ -19,13 +19,15 @@ COPY pyproject.toml README.md server_app.py client_app.py ./
 COPY fedapp ./fedapp
 COPY docker/node_requirements.py docker/
 # A venv that sees the base image's CUDA torch; every other dependency is installed into it with
-# torch pinned to the version already there, so pip can never swap in a CPU wheel from PyPI.
+# torch pinned to the version already there, so pip can never swap in a CPU wheel from PyPI, and
+# torchvision pinned to the release made for that torch (2.6 -> 0.21; one the base has is kept).
 RUN python3 -m venv --system-site-packages /opt/venv \
  && python3 -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > /tmp/constraints.txt \
- && /opt/venv/bin/python docker/node_requirements.py pyproject.toml > /tmp/requirements.txt \
+ && /opt/venv/bin/python docker/node_requirements.py pyproject.toml "$(python3 -c 'import torch; print(torch.__version__)')" \
+    > /tmp/requirements.txt \
  && /opt/venv/bin/pip install -c /tmp/constraints.txt -r /tmp/requirements.txt \
  && /opt/venv/bin/pip install --no-deps . \
- && /opt/venv/bin/python -c "import flwr, torch, torchvision; print('flwr', flwr.__version__, 'torch', torch.__version__)"
+ && /opt/venv/bin/python -c "import flwr, torch, torchvision; print('flwr', flwr.__version__, 'torch', torch.__version__, 'torchvision', torchvision.__version__)"
 ENV PATH=/opt/venv/bin:$PATH
 RUN useradd --system --uid 10001 --create-home --home-dir /var/lib/fedapp fedapp
 USER fedapp

@@ -3,7 +3,7 @@
 # Paper reproductions: scripts/test.sh -m slow
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+FEDAPP_DEPLOY=1 scripts/setup.sh   # with nginx: the deployment tests start it
 source scripts/flwr-env.sh
 ruff check .
 ruff format --check .

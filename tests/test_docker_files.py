@@ -105,7 +105,12 @@ def test_device_requirements_keep_the_base_images_torch_and_drop_ray() -> None:
     )
     reqs = out.stdout.split()
     assert not any(r.startswith("torch") and r != "torchvision" for r in reqs) and "torchvision" in reqs
-    assert "flwr==1.41.0" in reqs and not any("simulation" in r for r in reqs)
+    assert "flwr==1.41.0" in reqs and not any(r.startswith(("ray", "matplotlib")) or "simulation" in r for r in reqs)
+    assert "medmnist>=3.0" in reqs  # the one extra a board takes along
+    for torch, vision in (("2.6.0", "0.21"), ("2.14.1+cu130", "0.29"), ("2.11", "0.26"), ("2.8.0a0+git5f1b", "0.23")):
+        argv = [sys.executable, str(DOCKER / "node_requirements.py"), str(ROOT / "pyproject.toml"), torch]
+        pinned = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
+        assert f"torchvision=={vision}.*" in pinned and "torchvision" not in pinned, (torch, pinned)
 
 
 @pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose is not installed (validation only; no engine needed)")

@@ -214,6 +214,23 @@ def test_a_claim_outside_the_run_is_logged_and_kept(tmp_path: Path, caplog: pyte
     assert "node 1003 kept out: claims partition-id 3" in caplog.text
 
 
+def test_boards_numbered_from_one_fail_discovery_naming_the_board_kept_out(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Three boards given --partition-id 1, 2, 3 of --num-partitions 3: partition 0 has no node, and the
+    error says why the third board serves nothing (not only that partition 0 is missing)."""
+    from fedapp.client_app import app
+
+    raw = full_config({"num-clients": 3, "run-dir": str(tmp_path)})
+    g = CountingGrid(app, raw, 3, [{"partition-id": p + 1, "num-partitions": 3} for p in range(3)])
+    roster = Roster(g, 0)
+    with pytest.raises(ConfigError) as err:
+        roster.discover(1)
+    assert roster.nodes == {1: 1000, 2: 1001}
+    assert "no node holds partition-id(s) [0] (2 node(s) found; node 1002 kept out: claims partition-id 3, outside this run's 0..2)" in str(
+        err.value
+    )
+    assert caplog.text.count("node 1002 kept out: claims partition-id 3, outside this run's 0..2") == 1  # logged once, asked once
+
+
 @pytest.mark.parametrize(
     ("name", "partition"),
     [

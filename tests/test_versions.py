@@ -21,11 +21,29 @@ def locked() -> dict[str, str]:
     return dict(line.split("==", 1) for line in lines if line and not line.startswith("#"))
 
 
-@pytest.mark.parametrize(("torch", "vision"), [("2.11.0", "0.26.0"), ("2.14.1", "0.29.1")])  # GPU images; CI
+@pytest.mark.parametrize(("torch", "vision"), [("2.6.0", "0.21.0"), ("2.11.0", "0.26.0"), ("2.14.1", "0.29.1")])  # Jetson; GPU; CI
 def test_ranges_admit_the_gpu_images_and_ci_torch(torch: str, vision: str) -> None:
     deps = declared()
     assert deps["torch"].specifier.contains(torch) and deps["torchvision"].specifier.contains(vision)
     assert len(deps["torch"].specifier) == 2  # a range with an upper bound, not an exact pin
+
+
+def test_the_lower_bounds_are_the_oldest_tested_torch() -> None:
+    """scripts/test-oldest-torch.sh tests 2.6.0 + 0.21.0: nothing older is declared."""
+    deps = declared()
+    assert not deps["torch"].specifier.contains("2.5.1") and not deps["torchvision"].specifier.contains("0.20.1")
+    script = (ROOT / "scripts" / "test-oldest-torch.sh").read_text()
+    assert "TORCH=2.6.0 VISION=0.21.0" in script
+
+
+def test_lock_pins_every_package_of_the_extras_ci_installs() -> None:
+    lock = {k.lower().replace("_", "-"): v for k, v in locked().items()}
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for extra in ("simulation", "report", "medmnist", "tensorboard"):
+        for dep in extras[extra]:
+            req = Requirement(dep)
+            name = "ray" if req.name == "flwr" else req.name  # flwr[simulation] brings Ray
+            assert name in lock and (name == "ray" or req.specifier.contains(lock[name])), (extra, dep)
 
 
 def test_lock_pins_every_declared_dependency_inside_its_range() -> None:

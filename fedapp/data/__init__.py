@@ -58,7 +58,7 @@ def load_dataset(name: str, data_seed: int, data_root: str = "") -> Dataset:
         listed = ", ".join(n for n in LOADERS if n not in med)
         raise ConfigError(
             f"run-config key 'dataset' = {name!r} is not allowed: expected one of {listed}, "
-            f"or a MedMNIST 2D set ({', '.join(medmnist.info())}; append -64, -128 or -224 for the larger images)"
+            f"or a MedMNIST 2D set ({', '.join(medmnist.FLAGS)}; append -64, -128 or -224 for the larger images)"
         )
     out = LOADERS[name](data_seed, data_root)
     if isinstance(out, Dataset):

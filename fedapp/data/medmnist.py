@@ -20,8 +20,15 @@ import numpy as np
 from fedapp.core.config import ConfigError
 from fedapp.data.errors import BadFile, describe
 from fedapp.data.source import Arrays, Source
+from fedapp.core.extras import require
 
 SIZES = (28, 64, 128, 224)
+# medmnist's 2D flags in its INFO order (tests/test_extras.py checks them against the package), so that
+# the dataset names are known where the optional medmnist package is not installed
+FLAGS = (
+    "pathmnist", "chestmnist", "dermamnist", "octmnist", "pneumoniamnist", "retinamnist", "breastmnist", "bloodmnist",
+    "tissuemnist", "organamnist", "organcmnist", "organsmnist",
+)  # fmt: skip
 
 
 @cache
@@ -31,6 +38,7 @@ def info() -> dict[str, dict[str, Any]]:
     fedapp.data needs these names."""
     loaded = sys.modules.get("medmnist.info")
     if loaded is None:
+        require("medmnist", "a MedMNIST dataset")
         package = importlib.util.find_spec("medmnist")  # finds the package without running it
         if package is None or package.origin is None:
             raise ModuleNotFoundError("medmnist is not installed")
@@ -42,7 +50,8 @@ def info() -> dict[str, dict[str, Any]]:
 
 
 def names() -> list[str]:
-    return [flag if size == 28 else f"{flag}-{size}" for flag in info() for size in SIZES]
+    """Every MedMNIST 2D set name, known without the medmnist package (a board may lack it)."""
+    return [flag if size == 28 else f"{flag}-{size}" for flag in FLAGS for size in SIZES]
 
 
 def split_name(name: str) -> tuple[str, int]:
@@ -71,6 +80,7 @@ def _split(cls: Any, base: Path, rel: str, split: str, size: int, multi_label: b
 
 
 def source(name: str) -> Source:
+    require("medmnist", f"run-config key 'dataset' = {name!r}")
     flag, size = split_name(name)
     meta = info()[flag]
     rel = npz_name(flag, size)
@@ -94,6 +104,7 @@ def source(name: str) -> Source:
 
 
 def check_single_label(name: str) -> None:
+    require("medmnist", f"run-config key 'dataset' = {name!r}")
     flag, _ = split_name(name)
     if "multi-label" in info()[flag]["task"]:
         raise ConfigError(

@@ -44,6 +44,9 @@ def fixed_partitioner(parts: list[np.ndarray], labels: np.ndarray) -> Any:
 def plot_split(cfg: RunConfig, out: Path, kind: str = "auto") -> Path:
     """Draw the run's split (classes per client, absolute counts) to ``out`` (PNG)."""
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # read when flwr_datasets' telemetry loads; we run offline
+    from fedapp.core.extras import require
+
+    require("matplotlib", "the split plot")
     import matplotlib
 
     matplotlib.use("Agg")

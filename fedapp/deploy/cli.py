@@ -174,7 +174,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--ca", help="CA certificate (ca.crt) that signed the SuperLink's certificate")
     p.add_argument("--insecure", action="store_true", help="plain HTTP (only for a SuperLink started with --insecure)")
     p.add_argument("--flwr-home", help="default: $FLWR_HOME or ~/.flwr")
-    p.add_argument("--default", action="store_true", help="make it the default connection")
+    p.add_argument("--default", action="store_true", help="make it what a plain `flwr run .` dials (else the default stays)")
     p.set_defaults(fn=cmd_connection)
 
     p = dsub.add_parser("register", help="register SuperNode public keys with the SuperLink (flwr supernode register)")

@@ -85,6 +85,17 @@ def node_config_arg(values: dict[str, object]) -> str:
     return " ".join(parts)
 
 
+def check_partition(pid: object, num: object) -> None:
+    """A node serves one of partitions 0..num-1: anything else would be kept out by the server
+    as a stranger only after the run started (and the run would wait for the partition it lacks)."""
+    if isinstance(num, bool) or not isinstance(num, int) or num < 1:
+        raise DeployError(f"--num-partitions {num!r}: expected the federation's number of nodes (1 or more)")
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 <= pid < num:
+        raise DeployError(
+            f"--partition-id {pid!r} is outside 0..{num - 1} (--num-partitions {num}): partitions are numbered from 0, one per node"
+        )
+
+
 def supernode_argv(
     *, superlink: str, node_config: dict[str, object], ca: str | Path | None, key: str | Path | None, port: int = 9094
 ) -> list[str]:
@@ -93,6 +104,7 @@ def supernode_argv(
     for k in ("partition-id", "num-partitions", "state-dir"):
         if node_config.get(k) in (None, ""):
             raise DeployError(f"node-config {k} is required")
+    check_partition(node_config["partition-id"], node_config["num-partitions"])
     argv = [flower_exe("flower-supernode"), "--superlink", superlink, "--port", str(port), "--node-config", node_config_arg(node_config)]
     if ca is None:
         if key is not None:

@@ -14,6 +14,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from flwr.cli.constant import DEFAULT_FLOWER_CONFIG_TOML
+
 from fedapp.deploy import DeployError
 
 
@@ -40,11 +42,14 @@ def to_toml(data: dict[str, Any]) -> str:
 
 
 def write_connection(name: str, address: str, ca: str | Path | None, home: str | Path | None = None, default: bool = False) -> Path:
-    """Add or replace connection ``name``; ``ca`` None writes an insecure (plain HTTP) one."""
+    """Add or replace connection ``name``; ``ca`` None writes an insecure (plain HTTP) one. The
+    default connection changes only with ``default`` (or where the file names none)."""
     if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
         raise DeployError(f"connection name {name!r}: use letters, digits, '-' and '_'")
     path = flwr_home(home) / "config.toml"
-    data = tomllib.loads(path.read_text()) if path.exists() else {}
+    # a fresh home starts as Flower's own first config (default: the local simulation), as `flwr` would
+    # write it, so that adding a deployment does not make a later plain `flwr run .` go to the boards
+    data = tomllib.loads(path.read_text() if path.exists() else DEFAULT_FLOWER_CONFIG_TOML)
     links = data.setdefault("superlink", {})
     block: dict[str, Any] = {"address": address}
     if ca is None:

@@ -84,11 +84,13 @@ class Roster:
         self.bindings: dict[int, int | None] = {}  # node id -> the partition its registration binds it to
         self.bound = False  # some online node carried a binding: from then on every node needs one
         self.refused: list[str] = []  # refusals not yet in a metrics row
+        self.kept_out: dict[int, str] = {}  # node id -> why it was last refused (named if discovery fails)
 
     def refuse(self, node: int, why: str, stranger: bool = True) -> None:
         """Log and keep a refused claim; a stranger is never asked again."""
         log.warning("node %d kept out: %s", node, why)
         self.refused.append(f"node {node}: {why}")
+        self.kept_out[node] = why
         if stranger:
             self.strangers.add(node)
 
@@ -179,9 +181,10 @@ class Roster:
                         f"run-config key 'num-clients' = 0 takes the size from the nodes' num-partitions, but after "
                         f"{timeout:.0f}s (discovery-timeout) no node reported one ({len(self.waiting)} answered); set num-clients"
                     )
+                out = "".join(f"; node {n} kept out: {why}" for n, why in sorted(self.kept_out.items())[:10])
                 raise ConfigError(
                     f"run-config key 'num-clients' = {self.num_clients}, but after {timeout:.0f}s (discovery-timeout) no node holds "
-                    f"partition-id(s) {wanted[:10]} ({len(self.nodes)} node(s) found). In simulation pass "
+                    f"partition-id(s) {wanted[:10]} ({len(self.nodes)} node(s) found{out}). In simulation pass "
                     f'--federation-config "num-supernodes={self.num_clients}".'
                 )
             time.sleep(0.5)
