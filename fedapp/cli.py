@@ -11,6 +11,8 @@ from fedapp.data.cli import add_data
 from fedapp.deploy import DeployError
 from fedapp.deploy.cli import add_parser as add_deploy
 from fedapp.energy.cli import add_energy
+from fedapp.fleet import FleetError
+from fedapp.fleet.cli import add_fleet
 
 
 def overrides_of(items: list[str]) -> dict[str, object]:
@@ -99,6 +101,7 @@ def parser() -> argparse.ArgumentParser:
     add_data(sub)
     add_energy(sub)
     add_deploy(sub)
+    add_fleet(sub)
     return p
 
 
@@ -108,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.fn(args))
-    except (ConfigError, DeployError, FileNotFoundError, FetchError) as err:
+    except (ConfigError, DeployError, FileNotFoundError, FetchError, FleetError) as err:
         print(f"fedapp: error: {err}", file=sys.stderr)
         return 2
 
