@@ -1,4 +1,4 @@
-"""The ``fedapp`` command: run (in-process engine), sim, report, keys, data, energy, deploy (real SuperLink/SuperNodes)."""
+"""The ``fedapp`` command: run (in-process engine), sim, report, keys, data, energy, deploy (real SuperLink/SuperNodes), fleet."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     md, png = report(
         args.runs, out, args.target, args.metric, args.baseline, frozenset(args.group_ignore), args.bytes, args.tiers,
-        per_seed=args.per_seed, warmup=args.warmup,
+        per_seed=args.per_seed, warmup=args.warmup, fleet=args.fleet,
     )  # fmt: skip
     if sys.stdout.isatty():
         Console().print(Markdown(md))
@@ -94,6 +94,7 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--tiers", action="store_true", help="add rounds, client-rounds saved and train seconds by active fraction")
     rep.add_argument("--per-seed", action="store_true", help="add final accuracy (and round to target) per seed, groups side by side")
     rep.add_argument("--warmup", action="store_true", help="add bytes_up in warmup vs full rounds and the warmup mask statistics (FedPeWS)")
+    rep.add_argument("--fleet", action="store_true", help="runs of `fedapp fleet run`: wall seconds and modelled joules to target, plot")
     rep.set_defaults(fn=cmd_report)
     keys = sub.add_parser("keys", help="every run-config key with its default, allowed values and doc (common keys, then the method's)")
     keys.add_argument("method", nargs="?", help="only this method's own keys after the common ones (default: every method's)")

@@ -173,6 +173,7 @@ def report(
     tiers: bool = False,
     per_seed: bool = False,
     warmup: bool = False,
+    fleet: bool = False,
 ) -> tuple[str, Path]:
     runs = load_runs(paths)
     if target is None and len({group_target([r], None) for r in runs}) == 1:
@@ -193,6 +194,12 @@ def report(
     md += "\n" + provenance(groups, ignore)
     out = Path(out_dir)
     png = plot(groups, out / f"{key}.png", key, direction)
+    if fleet:  # runs of `fedapp fleet run`: wall seconds and modelled joules to target (fedapp.report_fleet)
+        from fedapp.report_fleet import fleet_plot, fleet_table
+
+        fleet_target = target if target is not None else group_target(runs, None)
+        md += f"\n{fleet_table([Path(p) for p in paths], fleet_target)}\n![fleet](fleet.png)\n"
+        fleet_plot([Path(p) for p in paths], out, fleet_target)
     (out / "report.md").write_text(md + f"\n![{key}]({png.name})\n")
     return md, png
 
