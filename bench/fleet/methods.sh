@@ -7,13 +7,14 @@ cd "$(dirname "$0")/../.."
 source scripts/flwr-env.sh
 export PYTHONPATH=$PWD
 OUT=${1:-runs/fleet}
-C="optimizer='adam' lr=0.003 num-server-rounds=5 target-accuracy=0.8"
+# discovery waits for every node's first ClientApp (a torch import under its CPU quota): minutes on a loaded machine
+C="optimizer='adam' lr=0.003 num-server-rounds=4 target-accuracy=0.75 discovery-timeout=1800.0"
 exec python -m fedapp fleet run configs/fleet/jetson-mix.toml bench/fleet/common.toml "$C method='fedavg' run-dir='$OUT/fedavg'" \
   --probe-kb 256 \
-  --also "$C method='fedspu' run-dir='$OUT/fedspu'" \
   --also "$C method='fedspu' early-stopping=true run-dir='$OUT/fedspu-es'" \
-  --also "$C method='fedprox' proximal-mu=0.1 run-dir='$OUT/fedprox'" \
+  --also "$C method='fedspu' run-dir='$OUT/fedspu'" \
   --also "$C method='fjord' run-dir='$OUT/fjord'" \
+  --also "$C method='fedprox' proximal-mu=0.1 run-dir='$OUT/fedprox'" \
   --also "$C method='fedpart' warmup-rounds=1 rounds-per-layer=1 run-dir='$OUT/fedpart'" \
   --also "$C method='fedselect' run-dir='$OUT/fedselect'" \
   --also "$C method='fedpews' run-dir='$OUT/fedpews'"

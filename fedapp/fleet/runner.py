@@ -259,7 +259,7 @@ def _raise_stop(signum: int, _frame: FrameType | None) -> None:
 
 def run_fleet(profile: Profile, runs: Sequence[Mapping[str, Any]], app: Path, probe_kb: int = 0) -> int:
     """The whole `fedapp fleet run`: each of ``runs`` (run-config overrides) one after another on
-    one fleet; returns the exit code (1 at the first run that failed)."""
+    one fleet; returns the exit code (1 when any run failed)."""
     from fedapp.config import ConfigError
     from fedapp.sim import preflight
 
@@ -290,10 +290,8 @@ def run_fleet(profile: Profile, runs: Sequence[Mapping[str, Any]], app: Path, pr
             for node, measured in zip(info["nodes"], fleet.probe(probe_kb * 1024), strict=True):
                 node["probe"] = measured
         app_copy = copy_app(app.resolve(), work / "app")
-        for k, (overrides, run_dir) in enumerate(zip(runs, run_dirs, strict=True)):
-            if one_run(fleet, {**overrides, "num-clients": n}, run_dir, app_copy, info, f"run-{k}") != 0:
-                return 1
-        return 0
+        codes = [one_run(fleet, {**o, "num-clients": n}, d, app_copy, info, f"run-{k}") for k, (o, d) in enumerate(zip(runs, run_dirs, strict=True))]
+        return 1 if any(codes) else 0  # a failed run is reported and the next one still runs
     except Stopped as why:
         print(f"fedapp fleet: stopped by {why}; tearing down", file=sys.stderr)
         return 130
