@@ -290,7 +290,8 @@ def run_fleet(profile: Profile, runs: Sequence[Mapping[str, Any]], app: Path, pr
             for node, measured in zip(info["nodes"], fleet.probe(probe_kb * 1024), strict=True):
                 node["probe"] = measured
         app_copy = copy_app(app.resolve(), work / "app")
-        codes = [one_run(fleet, {**o, "num-clients": n}, d, app_copy, info, f"run-{k}") for k, (o, d) in enumerate(zip(runs, run_dirs, strict=True))]
+        pairs = enumerate(zip(runs, run_dirs, strict=True))
+        codes = [one_run(fleet, {**o, "num-clients": n}, d, app_copy, info, f"run-{k}") for k, (o, d) in pairs]
         return 1 if any(codes) else 0  # a failed run is reported and the next one still runs
     except Stopped as why:
         print(f"fedapp fleet: stopped by {why}; tearing down", file=sys.stderr)
