@@ -10,18 +10,22 @@
 #                      with pip allowed to install into the system Python; for hosts without an image registry
 #   --torch-index URL  TORCH_INDEX build argument (default: the Dockerfile's CPU wheel index; give
 #                      https://pypi.org/simple where only PyPI is reachable: its Linux torch wheels bring CUDA libraries)
+#   --host-ca FILE     CA bundle seen by the builds' RUN steps (buildah only: mounted read-only over the image's
+#                      /etc/ssl/certs/ca-certificates.crt, never stored in an image), for hosts whose HTTPS goes
+#                      through a TLS-inspecting proxy; pip in the base image reads that path (PIP_CERT)
 #   --tag VERSION      image tag (default 0.1.0)
 #   --log FILE         summary (seconds per target, image sizes) appended here (default images-build.log)
 # Needs root for buildah's chroot isolation (the builds' RUN steps run in a chroot, no daemon).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BASE=python:3.11-slim-bookworm MAKE_BASE=0 TORCH_INDEX="" TAG=0.1.0 LOG=images-build.log
+BASE=python:3.11-slim-bookworm MAKE_BASE=0 TORCH_INDEX="" TAG=0.1.0 LOG=images-build.log HOST_CA=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --base) BASE=$2; shift 2 ;;
     --make-base) MAKE_BASE=1; shift ;;
     --torch-index) TORCH_INDEX=$2; shift 2 ;;
     --tag) TAG=$2; shift 2 ;;
+    --host-ca) HOST_CA=$2; shift 2 ;;
     --log) LOG=$2; shift 2 ;;
     *) echo "images.sh: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
   esac
@@ -40,20 +44,23 @@ if [ "$MAKE_BASE" = 1 ]; then
   if [ "$TOOL" = buildah ]; then
     ctr=$(buildah from scratch)
     buildah add "$ctr" "$tmp/rootfs.tar" / >/dev/null
-    buildah config --env PIP_BREAK_SYSTEM_PACKAGES=1 --cmd /bin/bash "$ctr"
+    buildah config --env PIP_BREAK_SYSTEM_PACKAGES=1 --env PIP_CERT=/etc/ssl/certs/ca-certificates.crt --cmd /bin/bash "$ctr"
     buildah commit --rm "$ctr" "$BASE" >/dev/null
   else
-    docker import --change "ENV PIP_BREAK_SYSTEM_PACKAGES=1" "$tmp/rootfs.tar" "$BASE" >/dev/null
+    docker import --change "ENV PIP_BREAK_SYSTEM_PACKAGES=1" --change "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt" \
+      "$tmp/rootfs.tar" "$BASE" >/dev/null
   fi
   echo "$(date -u +%FT%TZ) base $BASE (Debian bookworm via mmdebstrap): $(( $(date +%s) - t0 )) s" | tee -a "$LOG"
 fi
 
 args=(--build-arg "PYTHON_IMAGE=$BASE")
 [ -n "$TORCH_INDEX" ] && args+=(--build-arg "TORCH_INDEX=$TORCH_INDEX")
+bargs=()
+[ -n "$HOST_CA" ] && bargs+=(--volume "$(readlink -f "$HOST_CA"):/etc/ssl/certs/ca-certificates.crt:ro")
 for target in superlink proxy supernode; do
   t0=$(date +%s)
   if [ "$TOOL" = buildah ]; then
-    buildah build --isolation chroot --layers -f docker/Dockerfile --target "$target" "${args[@]}" -t "fedapp-$target:$TAG" .
+    buildah build --isolation chroot --layers "${bargs[@]}" -f docker/Dockerfile --target "$target" "${args[@]}" -t "fedapp-$target:$TAG" .
   else
     docker build -f docker/Dockerfile --target "$target" "${args[@]}" -t "fedapp-$target:$TAG" .
   fi
