@@ -31,6 +31,7 @@ from fedapp.fleet.profile import DeviceClass, Profile
 PROXY_PORT, CONTROL_PORT, NODE_PORT, PROBE_PORT = 8000, 9093, 9094, 5201
 CONNECTION = "fleet"
 SAMPLE_S = 0.5
+BRING_UP_S = 1800  # each step of the bring-up; minutes on a loaded machine (the 8-node fleet on 2 shared cores)
 
 
 class Stopped(Exception):
@@ -106,7 +107,7 @@ class Fleet:
         argv += ["--database", str(self.work / "state.db"), "--host", "0.0.0.0", "--port", str(PROXY_PORT)]
         argv += ["--control-port", str(CONTROL_PORT), "--proxy-dir", str(self.work / "proxy"), "--no-restart"]
         self.spawn(self.link, argv, "superlink.log")
-        self.wait_for(lambda: "Application startup complete" in self.log("superlink.log"), 120, "the SuperLink", "superlink.log")
+        self.wait_for(lambda: "Application startup complete" in self.log("superlink.log"), BRING_UP_S, "the SuperLink", "superlink.log")
 
     def register(self) -> None:
         procs = []
@@ -114,7 +115,7 @@ class Fleet:
             argv = [sys.executable, "-m", "fedapp", "deploy", "register", "--connection", CONNECTION, f"{i}={pub}"]
             procs.append(self.spawn(self.link, argv, f"register-{i}.log"))
         for i, proc in enumerate(procs):
-            if proc.wait(timeout=300) != 0:
+            if proc.wait(timeout=BRING_UP_S) != 0:
                 raise FleetError(f"registering node {i} failed: {self.log(f'register-{i}.log')[-800:]}")
 
     def start_nodes(self) -> None:
@@ -284,7 +285,10 @@ def run_fleet(profile: Profile, runs: Sequence[Mapping[str, Any]], app: Path, pr
         fleet.start_superlink()
         fleet.register()
         fleet.start_nodes()
-        fleet.wait_for(lambda: fleet.online() >= n, 300, f"{n} SuperNodes online", "node-0.log")
+        # each SuperNode logs its id once the SuperLink accepted it (cheap to watch); then the SuperLink's own count
+        accepted = lambda: all("SuperNode ID:" in fleet.log(f"node-{i}.log") for i in range(n))  # noqa: E731
+        fleet.wait_for(accepted, BRING_UP_S, f"{n} SuperNodes accepted by the SuperLink", "node-0.log")
+        fleet.wait_for(lambda: fleet.online() >= n, BRING_UP_S, f"{n} SuperNodes online", "node-0.log")
         info: dict[str, Any] = {"profile": profile.name, "nodes": fleet.limits(), "modelled_energy": "idle + (busy-idle) * utilisation"}
         if probe_kb:
             for node, measured in zip(info["nodes"], fleet.probe(probe_kb * 1024), strict=True):
