@@ -99,7 +99,8 @@ def test_fleet_limits_are_real_and_nothing_is_left(tmp_path: Path) -> None:
     proc = start(tmp_path, run_dir, probe=True)
     prefix = prefix_of(proc.pid)
     try:
-        wait_for(lambda: (run_dir / "fleet.json").exists() or proc.poll() is not None, 600, "the fleet to come up")
+        wait_for(lambda: (run_dir / "fleet.json").exists() or proc.poll() is not None, 2400, "the fleet to come up")
+        assert proc.poll() is None, (tmp_path / "run.out").read_text()[-3000:]  # the runner itself failed: its reason
         seen = [kernel_limits(prefix, i) for i in range(2)]  # read while the fleet is up
         proc.wait(timeout=2400)
     finally:
@@ -134,7 +135,7 @@ def test_killed_fleet_is_cleaned_by_fedapp_fleet_clean(tmp_path: Path) -> None:
     prefix = prefix_of(proc.pid)
     try:
         node_cg = Path("/sys/fs/cgroup/cpu") / f"{prefix}n1" / "cgroup.procs"
-        wait_for(lambda: (node_cg.exists() and node_cg.read_text().split()) or proc.poll() is not None, 600, "SuperNode 1")
+        wait_for(lambda: (node_cg.exists() and node_cg.read_text().split()) or proc.poll() is not None, 2400, "SuperNode 1")
         assert proc.poll() is None, (tmp_path / "killed.out").read_text()[-3000:]
         before = nothing_left(prefix)
         os.kill(proc.pid, signal.SIGKILL)
