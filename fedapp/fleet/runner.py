@@ -169,25 +169,27 @@ class Fleet:
             for i, ns in enumerate(self.nodes)
         ]
 
-    def probe(self, nbytes: int) -> list[dict[str, float]]:
-        """Measured Mbit/s of every link, up and down (all links at once, one direction at a time)."""
+    def probe(self, min_bytes: int) -> list[dict[str, float]]:
+        """Measured Mbit/s of every link, up and down (all links at once, one direction at a time):
+        at least ``min_bytes``, and at least 2 s worth of the link's rate, so fixed costs stay small."""
         mod = [sys.executable, "-m", "fedapp.fleet.probe"]
         result: list[dict[str, float]] = [{} for _ in self.nodes]
         for direction in ("up", "down"):
             pairs = []
-            for i, ns in enumerate(self.nodes):
+            for i, (ns, c) in enumerate(zip(self.nodes, self.classes, strict=True)):
                 rx_ns, tx_ns, host = (self.link, ns, net.link_address(i)) if direction == "up" else (ns, self.link, net.node_address(i))
+                nbytes = max(min_bytes, round((c.uplink_mbit if direction == "up" else c.downlink_mbit) * 1e6 / 8 * 2))
                 rx = subprocess.Popen(["ip", "netns", "exec", rx_ns, *mod, "recv", host, str(PROBE_PORT)], env=self.env,
                                       stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
                 assert rx.stdout is not None
                 if rx.stdout.readline().strip() != "ready":
                     raise FleetError(f"link probe receiver in {rx_ns} did not start")
                 tx = subprocess.Popen(["ip", "netns", "exec", tx_ns, *mod, "send", host, str(PROBE_PORT), str(nbytes)], env=self.env,
-                                      start_new_session=True)  # fmt: skip
+                                      stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
                 pairs.append((rx, tx))
             for i, (rx, tx) in enumerate(pairs):
-                got = json.loads(rx.communicate(timeout=300)[0])
-                tx.wait(timeout=60)
+                got = json.loads(tx.communicate(timeout=600)[0])
+                rx.wait(timeout=60)
                 result[i][f"{direction}_bytes"] = got["bytes"]
                 result[i][f"{direction}_seconds"] = got["seconds"]
                 result[i][f"{direction}_mbit_s"] = got["bytes"] * 8 / got["seconds"] / 1e6
