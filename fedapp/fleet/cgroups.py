@@ -49,6 +49,13 @@ def cpu_seconds(name: str) -> float:
     return int((path("cpuacct", name) / "cpuacct.usage").read_text()) / 1e9
 
 
+def throttled_seconds(name: str) -> float:
+    """Time the group's CPU quota held it back (cpu.stat throttled_time): zero when something
+    else (the machine's other work) was the tighter limit."""
+    stat = dict(line.split() for line in (path("cpu", name) / "cpu.stat").read_text().splitlines())
+    return int(stat["throttled_time"]) / 1e9
+
+
 def join(name: str) -> None:
     """Move the calling process into the group (a Popen preexec_fn: runs in the child before exec)."""
     for h in HIERARCHIES:

@@ -161,11 +161,16 @@ class Fleet:
         return out
 
     def counters(self) -> list[dict[str, float]]:
-        """Per node: bytes up (node -> SuperLink) and down through its link, and its CPU seconds."""
+        """Per node: bytes up (node -> SuperLink) and down through its link, its CPU seconds and quota-throttled seconds."""
         links = json.loads(net.run("ip", "-j", "-s", "-n", self.link, "link", "show"))
         by_dev = {d["ifname"]: d["stats64"] for d in links}
         return [
-            {"up": by_dev[net.link_dev(i)]["rx"]["bytes"], "down": by_dev[net.link_dev(i)]["tx"]["bytes"], "cpu": cgroups.cpu_seconds(ns)}
+            {
+                "up": by_dev[net.link_dev(i)]["rx"]["bytes"],
+                "down": by_dev[net.link_dev(i)]["tx"]["bytes"],
+                "cpu": cgroups.cpu_seconds(ns),
+                "throttled": cgroups.throttled_seconds(ns),
+            }
             for i, ns in enumerate(self.nodes)
         ]
 
@@ -242,7 +247,8 @@ class RoundRecorder:
             t90 = next(t for t, cs in self.ticks if cs[i]["up"] - self.start[i]["up"] >= 0.9 * up) - self.t0
             nodes.append({
                 "node": i, "class": c.name, "bytes_up": up, "bytes_down": counts[i]["down"] - self.start[i]["down"],
-                "cpu_seconds": round(cpu, 3), "upload_90_s": round(t90, 2),
+                "cpu_seconds": round(cpu, 3), "throttled_s": round(counts[i]["throttled"] - self.start[i]["throttled"], 3),
+                "upload_90_s": round(t90, 2),
                 "modelled_joules": round(modelled_joules(c, wall, cpu), 3),
             })  # fmt: skip
         slowest = max(nodes, key=lambda n: n["upload_90_s"])
