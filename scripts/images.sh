@@ -13,12 +13,15 @@
 #   --host-ca FILE     CA bundle seen by the builds' RUN steps (buildah only: mounted read-only over the image's
 #                      /etc/ssl/certs/ca-certificates.crt, never stored in an image), for hosts whose HTTPS goes
 #                      through a TLS-inspecting proxy; pip in the base image reads that path (PIP_CERT)
+#   --rev REV          build from this commit (git archive), not the work tree: edits made during a build
+#                      cannot change what it copies (default HEAD)
+#   --targets LIST     comma-separated subset of superlink,proxy,supernode (default all three)
 #   --tag VERSION      image tag (default 0.1.0)
 #   --log FILE         summary (seconds per target, image sizes) appended here (default images-build.log)
 # Needs root for buildah's chroot isolation (the builds' RUN steps run in a chroot, no daemon).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BASE=python:3.11-slim-bookworm MAKE_BASE=0 TORCH_INDEX="" TAG=0.1.0 LOG=images-build.log HOST_CA=""
+BASE=python:3.11-slim-bookworm MAKE_BASE=0 TORCH_INDEX="" TAG=0.1.0 LOG=images-build.log HOST_CA="" REV=HEAD TARGETS=superlink,proxy,supernode
 while [ $# -gt 0 ]; do
   case "$1" in
     --base) BASE=$2; shift 2 ;;
@@ -26,6 +29,8 @@ while [ $# -gt 0 ]; do
     --torch-index) TORCH_INDEX=$2; shift 2 ;;
     --tag) TAG=$2; shift 2 ;;
     --host-ca) HOST_CA=$2; shift 2 ;;
+    --rev) REV=$2; shift 2 ;;
+    --targets) TARGETS=$2; shift 2 ;;
     --log) LOG=$2; shift 2 ;;
     *) echo "images.sh: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
   esac
@@ -53,18 +58,21 @@ if [ "$MAKE_BASE" = 1 ]; then
   echo "$(date -u +%FT%TZ) base $BASE (Debian bookworm via mmdebstrap): $(( $(date +%s) - t0 )) s" | tee -a "$LOG"
 fi
 
+ctx=$(mktemp -d)
+trap 'rm -rf "$ctx" ${tmp:+"$tmp"}' EXIT
+git archive "$REV" | tar -x -C "$ctx"
 args=(--build-arg "PYTHON_IMAGE=$BASE")
 [ -n "$TORCH_INDEX" ] && args+=(--build-arg "TORCH_INDEX=$TORCH_INDEX")
 bargs=()
 [ -n "$HOST_CA" ] && bargs+=(--volume "$(readlink -f "$HOST_CA"):/etc/ssl/certs/ca-certificates.crt:ro")
-for target in superlink proxy supernode; do
+for target in ${TARGETS//,/ }; do
   t0=$(date +%s)
   if [ "$TOOL" = buildah ]; then
-    buildah build --isolation chroot --layers "${bargs[@]}" -f docker/Dockerfile --target "$target" "${args[@]}" -t "fedapp-$target:$TAG" .
+    buildah build --isolation chroot --layers "${bargs[@]}" -f "$ctx/docker/Dockerfile" --target "$target" "${args[@]}" -t "fedapp-$target:$TAG" "$ctx"
   else
-    docker build -f docker/Dockerfile --target "$target" "${args[@]}" -t "fedapp-$target:$TAG" .
+    docker build -f "$ctx/docker/Dockerfile" --target "$target" "${args[@]}" -t "fedapp-$target:$TAG" "$ctx"
   fi
-  echo "$(date -u +%FT%TZ) fedapp-$target:$TAG from $BASE with $TOOL: $(( $(date +%s) - t0 )) s" | tee -a "$LOG"
+  echo "$(date -u +%FT%TZ) fedapp-$target:$TAG from $BASE at $(git rev-parse --short "$REV") with $TOOL: $(( $(date +%s) - t0 )) s" | tee -a "$LOG"
 done
 if [ "$TOOL" = buildah ]; then buildah images --format '{{.Name}}:{{.Tag}} {{.Size}}' | grep -E "fedapp-(base|superlink|proxy|supernode)" | tee -a "$LOG"
 else docker images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E "fedapp-(base|superlink|proxy|supernode)" | tee -a "$LOG"; fi
