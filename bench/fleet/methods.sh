@@ -15,6 +15,6 @@ exec python -m fedapp fleet run configs/fleet/jetson-mix.toml bench/fleet/common
   --also "$C method='fedspu' run-dir='$OUT/fedspu'" \
   --also "$C method='fjord' run-dir='$OUT/fjord'" \
   --also "$C method='fedprox' proximal-mu=0.1 run-dir='$OUT/fedprox'" \
-  --also "$C method='fedpart' warmup-rounds=1 rounds-per-layer=1 run-dir='$OUT/fedpart'" \
+  --also "$C method='fedpart' num-server-rounds=5 warmup-rounds=1 rounds-per-layer=1 cycles=1 full-rounds-between-cycles=0 run-dir='$OUT/fedpart'" \
   --also "$C method='fedselect' run-dir='$OUT/fedselect'" \
   --also "$C method='fedpews' run-dir='$OUT/fedpews'"
