@@ -1,4 +1,4 @@
-"""The ``fedapp`` command: run (in-process engine), sim, report, keys, data, energy, deploy (real SuperLink/SuperNodes)."""
+"""The ``fedapp`` command: run (in-process engine), sim, report, keys, data, energy, deploy (real SuperLink/SuperNodes), fleet."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from fedapp.data.cli import add_data
 from fedapp.deploy import DeployError
 from fedapp.deploy.cli import add_parser as add_deploy
 from fedapp.energy.cli import add_energy
+from fedapp.fleet import FleetError
+from fedapp.fleet.cli import add_fleet
 
 
 def overrides_of(items: list[str]) -> dict[str, object]:
@@ -48,7 +50,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     md, png = report(
         args.runs, out, args.target, args.metric, args.baseline, frozenset(args.group_ignore), args.bytes, args.tiers,
-        per_seed=args.per_seed, warmup=args.warmup,
+        per_seed=args.per_seed, warmup=args.warmup, fleet=args.fleet,
     )  # fmt: skip
     if sys.stdout.isatty():
         Console().print(Markdown(md))
@@ -103,6 +105,7 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--tiers", action="store_true", help="add rounds, client-rounds saved and train seconds by active fraction")
     rep.add_argument("--per-seed", action="store_true", help="add final accuracy (and round to target) per seed, groups side by side")
     rep.add_argument("--warmup", action="store_true", help="add bytes_up in warmup vs full rounds and the warmup mask statistics (FedPeWS)")
+    rep.add_argument("--fleet", action="store_true", help="runs of `fedapp fleet run`: wall seconds and modelled joules to target, plot")
     rep.set_defaults(fn=cmd_report)
     keys = sub.add_parser("keys", help="every run-config key with its default, allowed values and doc (common keys, then the method's)")
     keys.add_argument("method", nargs="?", help="only this method's own keys after the common ones (default: every method's)")
@@ -111,6 +114,7 @@ def parser() -> argparse.ArgumentParser:
     add_data(sub)
     add_energy(sub)
     add_deploy(sub)
+    add_fleet(sub)
     return p
 
 
@@ -120,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.fn(args))
-    except (ConfigError, DeployError, FileNotFoundError, FetchError) as err:
+    except (ConfigError, DeployError, FileNotFoundError, FetchError, FleetError) as err:
         print(f"fedapp: error: {err}", file=sys.stderr)
         return 2
 

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from fedapp.core.config import ConfigError
+from fedapp.core.extras import require
 from fedapp.data.errors import BadFile, describe
 from fedapp.data.source import Arrays, Source
-from fedapp.core.extras import require
 
 SIZES = (28, 64, 128, 224)
 # medmnist's 2D flags in its INFO order (tests/test_extras.py checks them against the package), so that

@@ -25,7 +25,8 @@ from fedapp.deploy.files import check_private
 from fedapp.server.node_binding import binding_name
 
 NODE_KEYS = (
-    "partition-id", "num-partitions", "data-root", "state-dir", "tier", "device-name", "device", "energy-sysfs-root", "energy-tegrastats",
+    "partition-id", "num-partitions", "data-root", "state-dir", "tier", "active-fraction", "device-name", "device", "energy-sysfs-root",
+    "energy-tegrastats",
 )  # fmt: skip
 
 

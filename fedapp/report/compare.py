@@ -189,6 +189,7 @@ def report(
     tiers: bool = False,
     per_seed: bool = False,
     warmup: bool = False,
+    fleet: bool = False,
 ) -> tuple[str, Path]:
     runs = load_runs(paths)
     if target is None and len({group_target([r], None) for r in runs}) == 1:
@@ -214,6 +215,12 @@ def report(
         stale.unlink()
     write_summary(summarise(groups, target, key), out, key)
     png = plot(groups, out / f"{key}.png", key, direction)
+    if fleet:  # runs of `fedapp fleet run`: wall seconds and modelled joules to target (fedapp.report.fleet)
+        from fedapp.report.fleet import fleet_plot, fleet_table
+
+        fleet_target = target if target is not None else group_target(runs, None)
+        md += f"\n{fleet_table([Path(p) for p in paths], fleet_target)}\n![fleet](fleet.png)\n"
+        fleet_plot([Path(p) for p in paths], out, fleet_target)
     groups_png = png.with_name(f"{png.stem}-groups.png")
     figures = f"\n![{key}]({png.name})\n" + (f"\n![{key}, one panel per group]({groups_png.name})\n" if groups_png.exists() else "")
     figures += "\nFigures also as PDF and SVG beside the PNG; the table's numbers per group and per seed: summary.csv, summary.json.\n"
