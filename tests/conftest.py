@@ -18,16 +18,22 @@ def stop_shared_superlinks() -> Iterator[None]:
     flwr_harness.stop_all()
 
 
+class Scheduler:
+    """Registered only where xdist is loaded (its hook is unknown to pytest otherwise, e.g. under -p no:xdist)."""
+
+    @staticmethod
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LongestFileFirst | None:
+        return LongestFileFirst(config, log) if config.getoption("dist") == "loadfile" else None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) times the files
         config.pluginmanager.register(FileSeconds(), "fedapp-file-seconds")
+        if config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(Scheduler(), "fedapp-longest-file-first")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     timer = session.config.pluginmanager.get_plugin("fedapp-file-seconds")
     if isinstance(timer, FileSeconds):
         timer.save(session.config)
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LongestFileFirst | None:
-    return LongestFileFirst(config, log) if config.getoption("dist") == "loadfile" else None
