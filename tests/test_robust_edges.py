@@ -139,8 +139,9 @@ def test_weight_zero_replies_score_nothing_and_stay_out_of_the_median() -> None:
 def test_median_aggregates_every_float_tensor_after_an_integer_one() -> None:
     g = {"steps": np.array(3, np.int64), "w": f32(0)}
     replies = [Contribution(1, {"steps": np.array(9, np.int64), "w": f32(v)}) for v in (1, 5, 2)]
-    agg, _ = aggregate("median", g, replies)
+    agg, scores = aggregate("median", g, replies)
     assert int(agg.arrays["steps"]) == 3 and agg.arrays["w"][0] == 2.0
+    assert [s["norm_ratio"] for s in scores] == [0.5, 2.5, 1.0]  # updates 1, 5, 2 of w (median 2); the integer tensor skipped
 
 
 def test_a_tensor_with_one_contributor_takes_its_values() -> None:
