@@ -194,7 +194,13 @@ def test_the_sgd_decay_bound_is_where_torchs_sgd_starts_to_grow_the_weights(mome
             check_sgd_decay(resolve(raw)[0])
 
 
-NUMBER_TEXT: dict[str, tuple[type, ...]] = {"client-batch": (int,), "mlp-hidden": (int,), "energy-rails": (int,), "tiers": (int, float)}
+NUMBER_TEXT: dict[str, tuple[type, ...]] = {
+    "client-batch": (int,),
+    "engine-workers": (int,),
+    "mlp-hidden": (int,),
+    "energy-rails": (int,),
+    "tiers": (int, float),
+}
 TEXT_OWNER = {"tiers": "fedspu", "personal-selection": "fedselect", "layer-order": "fedpart", "bn-eval-stats": "fedpart"}
 TEXT_OWNER |= dict.fromkeys(("es-compare", "mask-transport", "kept-rounding"), "fedspu")
 TEXT_OWNER |= dict.fromkeys(("mask-draw", "diversity-ref", "mask-impl", "mask-extent", "ste"), "fedpews")

@@ -85,7 +85,7 @@ def colours(n: int) -> list[tuple[float, ...]]:
 
 
 def plot(groups: dict[str, list[Run]], out: Path, key: str = "accuracy", direction: str = "both") -> Path:
-    from fedapp.extras import require
+    from fedapp.core.extras import require
 
     require("matplotlib", "fedapp report's figures")
     import matplotlib

@@ -43,7 +43,7 @@ def write_run_config(values: Mapping[str, Any], path: Path) -> Path:
 
 def preflight(overrides: Mapping[str, Any], base: Path) -> tuple[RunConfig, Path]:
     """Everything the ServerApp would refuse before discovery, checked here (raises ConfigError)."""
-    from fedapp.extras import require
+    from fedapp.core.extras import require
 
     require("ray", "fedapp sim (Flower's simulation engine; `fedapp run` needs no Ray)")
     parse(RunConfig, overrides)  # the common keys first: no method module (and no torch) imported for a bad value there
