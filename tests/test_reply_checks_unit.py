@@ -191,3 +191,48 @@ def test_aggregate_fault_names_the_first_non_finite_float_tensor() -> None:
     assert aggregate_fault({"w": np.ones(3, np.float32), "n": np.array(2**62, np.int64)}) is None
     assert aggregate_fault({"w": np.ones(3, np.float32), "v": np.array([1.0, np.inf])}) == "v: non-finite values"
     assert aggregate_fault({"u": np.array([np.nan], np.float32), "v": np.array([np.inf])}) == "u: non-finite values"
+
+
+def test_messages_show_at_most_their_stated_lengths() -> None:
+    with refused(f"metric {'k' * 40!r} is a list, expected a number"):
+        metrics_of(RecordDict({"metrics": MetricRecord({"k" * 60: [1.0]})}))
+    w = np.zeros(2, np.float32)
+    size = len(Array(w).data)
+    with refused(f"values: unexpected array {'x' * 80!r} ({size} bytes) refused undecoded"):
+        check_arrays(arrays(**{"x" * 90: w}), {"w": 8}, "values")
+    foreign = ArrayRecord({"w": Array(dtype="float32", shape=(2,), stype="s" * 50, data=b"\0" * 8)})
+    with refused(f"values/w: serialisation {'s' * 40!r}, expected numpy.ndarray"):
+        check_arrays(foreign, {"w": 8}, "values")
+    names = [f"a{i:02d}" for i in range(12)]
+    spec: dict[str, tuple[tuple[int, ...], str]] = {n: ((1,), "float32") for n in names}
+    with refused(f"pews: arrays {names[:10]}, expected {names[:10]}"):
+        decode_record(arrays(**{n: np.zeros(1, np.float32) for n in names[:11]}), spec, "pews")
+
+
+def test_decode_record_bounds_each_array_by_its_own_dtypes_size() -> None:
+    spec: dict[str, tuple[tuple[int, ...], str]] = {"score": ((2, 3), "float32")}  # 24 bytes of data
+    big = np.ones(2000, np.float32)
+    with refused(f"pews/score: {len(Array(big).data)} bytes, more than the 24 its task allows"):
+        decode_record(arrays(score=big), spec, "pews")
+
+
+def test_steps_of_two_dimensional_tensors_small_moves_and_integer_tensors_first() -> None:
+    g: dict[str, np.ndarray] = {"n": np.array([1], np.int64), "m": np.zeros((2, 2), np.float32), "v": np.zeros(3, np.float32)}
+    scale = scales(g)
+    dense_2d = Contribution(1, {"n": np.array([7], np.int64), "m": np.array([[0.0, 0.25], [0.0, -0.125]], np.float32)})
+    assert reply_step(dense_2d, g, scale) == 0.25  # below 1: no floor at 1; the integer tensor before it skipped
+    masked_2d = Contribution(1, {"m": np.array([0.5], np.float32)}, {"m": np.array([[0, 0], [1, 0]], bool)})
+    assert reply_step(masked_2d, g, scale) == 0.5
+    nothing = Contribution(1, {"v": np.zeros(0, np.float32)}, {"v": np.zeros(3, bool)})
+    assert reply_step(nothing, g, scale) == 0.0
+    wide: dict[str, np.ndarray] = {"w": np.array([10.0, 0.0], np.float32)}  # scale 10: the bound is 1e5
+    assert reply_step(Contribution(1, {"w": np.array([10.0, 2e4], np.float32)}), wide, scales(wide)) == 2e3
+
+
+def test_ties_outside_the_task_are_shown_by_name_and_three_replies_can_have_an_outlier() -> None:
+    allowed = {"a": np.array([1, 1, 0, 0], bool)}
+    ties = Contribution(1, {"y": np.ones(2, np.float32), "a": np.ones(4, np.float32)})
+    with refused("values: 4 entries outside its task in 2 tensors (a: 2, y: 2)"):
+        within_task(ties, allowed)
+    assert list(step_outliers([1.0, 1.0, 1001.0])) == [2]
+    assert list(step_outliers([0.001, 0.001, 2.0])) == [2]  # a median below 1 still counts
