@@ -6,21 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from fedapp.core.config import ConfigError, load_toml_config, parse_overrides
+from fedapp.core.config import ConfigError, overrides_of
 from fedapp.data.cli import add_data
 from fedapp.deploy import DeployError
 from fedapp.deploy.cli import add_parser as add_deploy
 from fedapp.energy.cli import add_energy
 from fedapp.fleet import FleetError
 from fedapp.fleet.cli import add_fleet
-
-
-def overrides_of(items: list[str]) -> dict[str, object]:
-    """TOML files and "key=value ..." strings, applied in order."""
-    overrides: dict[str, object] = {}
-    for item in items:
-        overrides.update(load_toml_config(item) if Path(item).suffix == ".toml" else parse_overrides(item))
-    return overrides
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -468,3 +468,11 @@ def parse_overrides(text: str) -> dict[str, Any]:
         except tomllib.TOMLDecodeError:
             out[k] = v
     return out
+
+
+def overrides_of(items: list[str]) -> dict[str, object]:
+    """TOML files and "key=value ..." strings, applied in order."""
+    overrides: dict[str, object] = {}
+    for item in items:
+        overrides.update(load_toml_config(item) if Path(item).suffix == ".toml" else parse_overrides(item))
+    return overrides

@@ -9,7 +9,7 @@ from fedapp.fleet import FleetError
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from fedapp.cli import overrides_of
+    from fedapp.core.config import overrides_of
     from fedapp.fleet.profile import load_profile
     from fedapp.fleet.runner import run_fleet
 
