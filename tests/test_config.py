@@ -65,3 +65,12 @@ def test_overrides_parse_like_flwr_run() -> None:
     }
     cfg = resolve(full_config(parse_overrides("lr=1 momentum=0")))[0]
     assert cfg.lr == 1.0 and isinstance(cfg.lr, float)
+
+
+def test_overrides_apply_toml_files_and_key_value_strings_in_order(tmp_path: Path) -> None:
+    from fedapp.core.config import overrides_of
+
+    base = tmp_path / "base.toml"
+    base.write_text('method = "fedprox"\nlr = 0.2\nseed = 4\n')
+    assert overrides_of([str(base), "lr=0.1 num-clients=3"]) == {"method": "fedprox", "lr": 0.1, "seed": 4, "num-clients": 3}
+    assert overrides_of(["seed=9", str(base)])["seed"] == 4  # a later file wins over an earlier string
