@@ -132,12 +132,14 @@ def test_a_worker_killed_mid_round_fails_its_unfinished_clients_and_the_run_goes
     finally:
         grid.close()
     rows = outcome_rows(run)
-    # worker 1 runs partitions 1 then 3: 1 had replied before 3 killed the worker, so only 3 failed
-    assert [(r["round"], r["clients"], r["failures"], r["failed_pids"]) for r in rows] == [
-        (1, 4, 0, []), (2, 3, 1, [KILLED]), (3, 4, 0, []),
-    ]  # fmt: skip
-    assert "engine worker 1" in rows[1]["failure_reasons"][0]
-    assert sorted(rows[1]["engine_workers"]) == ["0", "1", "2"] and sorted(rows[2]["engine_workers"]) == ["0", "1", "2", "3"]
+    # worker 1 runs partitions 1 then 3; 3 kills it. Whether 1's reply reached the driver before the
+    # worker died is Ray's timing (seen both ways): 3 always fails, 1 may, worker 0's clients never
+    round_2 = rows[1]
+    assert [(r["round"], r["clients"], r["failures"]) for r in (rows[0], rows[2])] == [(1, 4, 0), (3, 4, 0)]
+    assert KILLED in round_2["failed_pids"] and set(round_2["failed_pids"]) <= {1, KILLED}
+    assert round_2["clients"] + round_2["failures"] == 4 and round_2["failures"] == len(round_2["failed_pids"])
+    assert all("engine worker 1" in why for why in round_2["failure_reasons"])
+    assert {"0", "2"} <= set(round_2["engine_workers"]) and sorted(rows[2]["engine_workers"]) == ["0", "1", "2", "3"]
     assert later_pids[0] == first_pids[0] and later_pids[1] != first_pids[1]  # worker 1 replaced, worker 0 kept
 
 
