@@ -179,11 +179,7 @@ def device_check(v: Any) -> str | None:
 
 @allows("auto or a whole number >= 1")
 def client_batch_check(v: Any) -> str | None:
-    return None if re.fullmatch(r"auto|[1-9]\d*", str(v)) else "auto or a whole number >= 1"
-
-
-@allows("auto or a whole number >= 1")
-def engine_workers_check(v: Any) -> str | None:
+    """A count or ``auto`` (sized at run time): ``client-batch``, ``engine-workers``."""
     return None if re.fullmatch(r"auto|[1-9]\d*", str(v)) else "auto or a whole number >= 1"
 
 
@@ -306,7 +302,7 @@ class RunConfig:
         numbers=(int,),
     )  # fmt: skip
     engine_workers: str = key(
-        "1", engine_workers_check,
+        "1", client_batch_check,
         "in-process engine (fedapp run) only: Ray actors that run the round's client messages (docs/engine-workers.md), "
         "each with num-threads CPUs or one GPU; auto: the Ray cluster's GPUs, else its CPUs / num-threads; 1: no Ray",
         numbers=(int,),
