@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fedapp.fleet.clean import leftovers, prefix_of
@@ -25,6 +26,7 @@ from fedapp.fleet.runner import unavailable
 
 pytestmark = [pytest.mark.flwr, pytest.mark.slow, pytest.mark.skipif((why := unavailable()) is not None, reason=str(why))]
 ROOT = Path(__file__).resolve().parents[1]
+TAG = "0.1.0"  # scripts/images.sh's default tag
 PROFILE = """name = "ci-pair"
 [class.fast]
 count = 1
@@ -50,9 +52,10 @@ EXPECTED = [("fast", 100_000, 2048 << 20, 8_000_000, 8_000_000), ("slow", 50_000
 RUN = "dataset='digits' model='mlp' num-server-rounds=2 local-steps=4 lr=0.3 overwrite=true discovery-timeout=1800.0"
 
 
-def start(tmp: Path, run_dir: Path, probe: bool) -> subprocess.Popen[str]:
+def start(tmp: Path, run_dir: Path, probe: bool, images: str | None = None) -> subprocess.Popen[str]:
     (tmp / "profile.toml").write_text(PROFILE)
     argv = [sys.executable, "-m", "fedapp", "fleet", "run", str(tmp / "profile.toml"), f"{RUN} run-dir='{run_dir}'"]
+    argv += ["--images", images] if images else []
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log = (tmp / f"{run_dir.name}.out").open("w")
     argv += ["--probe-kb", "256"] if probe else []
@@ -153,3 +156,54 @@ def test_killed_fleet_is_cleaned_by_fedapp_fleet_clean(tmp_path: Path) -> None:
     assert nothing_left(prefix) == {}
     assert not [p for p in after_kill["processes"] if running(p)]
     print(f"\nkilled fleet left {after_kill}; `fedapp fleet clean {proc.pid}`: {cleaned.stdout.strip()}")
+
+
+def roots_in(prefix: str) -> dict[str, set[str]]:
+    """Each fleet namespace's processes' root folders (``/proc/PID/root``), by namespace."""
+    out: dict[str, set[str]] = {}
+    for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split():
+        if ns.startswith(prefix):
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            out[ns] = {os.readlink(f"/proc/{p}/root") for p in pids if os.path.exists(f"/proc/{p}")}
+    return out
+
+
+def test_fleet_from_built_images_runs_its_rounds_and_leaves_nothing(tmp_path: Path) -> None:
+    """`--images`: the SuperLink and both SuperNodes (and the ClientApps they start) run chrooted in
+    working containers of the images scripts/images.sh built; the run completes its rounds with the
+    model the host installation gives (same seeds, same torch on both); no container is left."""
+    if subprocess.run(["buildah", "inspect", f"fedapp-supernode:{TAG}"], capture_output=True).returncode != 0:
+        pytest.skip(f"fedapp-supernode:{TAG} is not built (scripts/images.sh --make-base)")
+    run_dir = tmp_path / "imaged"
+    proc = start(tmp_path, run_dir, probe=False, images=TAG)
+    prefix = prefix_of(proc.pid)
+    roots: dict[str, set[str]] = {}
+    try:  # sampled until the first ClientApp of each node has run: every process seen in each namespace
+        while proc.poll() is None and not (run_dir / "metrics.jsonl").exists():
+            for ns, seen in roots_in(prefix).items():
+                roots.setdefault(ns, set()).update(seen)
+            time.sleep(0.5)
+        containers = subprocess.run(["buildah", "containers", "--format", "{{.ContainerName}}"], capture_output=True, text=True).stdout
+        proc.wait(timeout=2400)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=120)
+    out = (tmp_path / "imaged.out").read_text()
+    assert proc.returncode == 0, out[-3000:]
+    mine = sorted(c for c in containers.split() if c.startswith(prefix))
+    assert mine == [f"{prefix}link-img", f"{prefix}n0-img", f"{prefix}n1-img"], containers
+    for i in range(2):  # a SuperNode and what it starts see only its own image as /
+        node_roots = roots.get(f"{prefix}n{i}", set())
+        assert len(node_roots) == 1 and "/" not in node_roots and "overlay" in next(iter(node_roots)), roots
+    assert roots[f"{prefix}n0"] != roots[f"{prefix}n1"]  # one working container per device
+    assert any("overlay" in r for r in roots[f"{prefix}link"]), roots  # the SuperLink's (the operator's flwr run is on the host)
+    assert nothing_left(prefix) == {}  # containers included
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in metrics] == [1, 2] and all(r["clients"] == 2 and r["failures"] == 0 for r in metrics)
+    here = tmp_path / "in-process"  # the same federation on this installation, in one process
+    subprocess.run([sys.executable, "-m", "fedapp", "run", "--no-progress", f"{RUN} num-clients=2 run-dir='{here}'"], cwd=ROOT,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, capture_output=True, timeout=600)  # fmt: skip
+    with np.load(run_dir / "model.npz") as a, np.load(here / "model.npz") as b:
+        assert sorted(a.files) == sorted(b.files) and all(np.array_equal(a[k], b[k]) for k in a.files)
+    print(f"\nfrom images {TAG}: " + "; ".join(f"round {r['round']} accuracy {r['accuracy']:.4f} loss {r['loss']:.4f}" for r in metrics))

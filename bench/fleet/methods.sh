@@ -8,7 +8,7 @@ source scripts/flwr-env.sh
 export PYTHONPATH=$PWD
 OUT=${1:-runs/fleet}
 # discovery waits for every node's first ClientApp (a torch import under its CPU quota): minutes on a loaded machine
-C="optimizer='adam' lr=0.003 num-server-rounds=3 target-accuracy=0.75 discovery-timeout=1800.0"
+C="optimizer='adam' lr=0.003 num-server-rounds=${ROUNDS:-5} target-accuracy=0.75 discovery-timeout=1800.0"
 exec python -m fedapp fleet run configs/fleet/jetson-mix.toml bench/fleet/common.toml "$C method='fedavg' run-dir='$OUT/fedavg'" \
   --probe-kb 256 \
   --also "$C method='fedspu' early-stopping=true run-dir='$OUT/fedspu-es'" \

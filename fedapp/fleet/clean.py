@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fedapp.fleet import cgroups, net
+from fedapp.fleet import cgroups, images, net
 
 NAME = re.compile(r"^fa-(\d+)-")
 
@@ -27,12 +27,17 @@ def work_dirs(prefix: str) -> list[Path]:
     return sorted(Path(tempfile.gettempdir()).glob(f"{prefix}*work"))
 
 
+def pids_of(prefix: str) -> set[int]:
+    """Every process inside fleet ``prefix``'s namespaces or cgroups."""
+    return {p for ns in net.namespaces(prefix) for p in net.pids_in(ns)} | {p for g in cgroups.groups(prefix) for p in cgroups.procs(g)}
+
+
 def leftovers(prefix: str) -> dict[str, list[str]]:
     """What of fleet ``prefix`` still exists (empty lists: nothing)."""
-    pids = {p for ns in net.namespaces(prefix) for p in net.pids_in(ns)} | {p for g in cgroups.groups(prefix) for p in cgroups.procs(g)}
     return {
         "namespaces": net.namespaces(prefix), "cgroups": cgroups.groups(prefix),
-        "processes": [str(p) for p in sorted(pids)], "work": [str(p) for p in work_dirs(prefix)],
+        "processes": [str(p) for p in sorted(pids_of(prefix))], "work": [str(p) for p in work_dirs(prefix)],
+        "containers": images.containers(prefix),
     }  # fmt: skip
 
 
@@ -50,16 +55,17 @@ def clean(prefix: str) -> dict[str, list[str]]:
     deadline = time.monotonic() + 10
     while pids and time.monotonic() < deadline:
         time.sleep(0.2)
-        pids = {int(p) for p in leftovers(prefix)["processes"]}
+        pids = pids_of(prefix)
     _kill(pids, signal.SIGKILL)
     for _ in range(50):
-        if not leftovers(prefix)["processes"]:
+        if not pids_of(prefix):
             break
         time.sleep(0.1)
     for ns in net.namespaces(prefix):
         net.delete(ns)
     for g in cgroups.groups(prefix):
         cgroups.remove(g)
+    images.remove(prefix)  # after its processes: a working container's mount is busy while one runs in it
     for d in work_dirs(prefix):
         shutil.rmtree(d, ignore_errors=True)
     return found
@@ -67,6 +73,6 @@ def clean(prefix: str) -> dict[str, list[str]]:
 
 def orphaned() -> list[str]:
     """Prefixes of fleets whose runner process is gone."""
-    names = [*net.namespaces("fa-"), *cgroups.groups("fa-"), *(p.name for p in work_dirs("fa-"))]
+    names = [*net.namespaces("fa-"), *cgroups.groups("fa-"), *(p.name for p in work_dirs("fa-")), *images.containers("fa-")]
     pids = {int(m[1]) for n in names if (m := NAME.match(n))}
     return [prefix_of(p) for p in sorted(pids) if not Path(f"/proc/{p}").exists()]

@@ -16,7 +16,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)  # a bad profile is named before anything is created
     base = overrides_of(args.config)
     runs = [base, *({**base, **overrides_of([extra])} for extra in args.also)]
-    return run_fleet(profile, runs, Path(args.app), args.probe_kb)
+    return run_fleet(profile, runs, Path(args.app), args.probe_kb, args.images)
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
@@ -42,6 +42,10 @@ def add_fleet(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     r.add_argument("config", nargs="+", help='run-config TOML files and/or "key=value ..." overrides, applied in order')
     r.add_argument("--app", default=".", help="the Flower app (a git checkout of fedapp) to run (default: .)")
     r.add_argument("--probe-kb", type=int, default=0, help="before the run, send this many KiB over each link each way and record the rate")
+    r.add_argument(
+        "--images", metavar="TAG", default=None,
+        help="run the SuperLink and SuperNodes from the images scripts/images.sh built with this tag (buildah), not from this installation",
+    )  # fmt: skip
     r.add_argument(
         "--also", action="append", default=[], metavar="OVERRIDES",
         help='another run on the same fleet after the first: a TOML file or "key=value ..." applied on top of the run-config',

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from fedapp.fleet import FleetError, cgroups, net
+from fedapp.fleet import FleetError, cgroups, images, net
 from fedapp.fleet.clean import clean, prefix_of
 from fedapp.fleet.power import modelled_joules
 from fedapp.fleet.profile import DeviceClass, Profile
@@ -59,7 +59,9 @@ def copy_app(app: Path, dest: Path) -> Path:
 
 
 class Fleet:
-    def __init__(self, profile: Profile, work: Path, prefix: str):
+    def __init__(self, profile: Profile, work: Path, prefix: str, image_tag: str | None = None, binds: Sequence[Path] = ()):
+        self.image_tag, self.binds = image_tag, [work, *binds]
+        self.roots: dict[str, Path] = {}  # namespace -> the mounted image its device processes run from (--images)
         self.classes: list[DeviceClass] = profile.nodes()
         self.profile, self.work, self.prefix = profile, work, prefix
         self.link = f"{prefix}link"
@@ -74,11 +76,20 @@ class Fleet:
         net.create(self.link, self.nodes, [(c.uplink_mbit, c.downlink_mbit) for c in self.classes])
         for ns, c in zip(self.nodes, self.classes, strict=True):
             cgroups.create(ns, c.cpu_share, c.memory_mb)
+        if self.image_tag is not None:  # one working container per device, named by the fleet's prefix
+            self.roots[self.link] = images.container(f"{self.link}-img", "superlink", self.image_tag)
+            for ns in self.nodes:
+                self.roots[ns] = images.container(f"{ns}-img", "supernode", self.image_tag)
 
-    def spawn(self, ns: str, argv: list[str], log: str, cgroup: str | None = None) -> subprocess.Popen[bytes]:
+    def spawn(self, ns: str, argv: list[str], log: str, cgroup: str | None = None, device: bool = False) -> subprocess.Popen[bytes]:
+        """``argv`` in namespace ``ns`` (and ``cgroup``); a ``device`` process (SuperLink, SuperNode)
+        from its image where the fleet runs from images."""
+        env = self.env
+        if device and ns in self.roots:
+            argv, env = images.enter(self.roots[ns], self.binds, images.in_image(argv)), images.image_env(self.env)
         with (self.work / log).open("ab") as fh:
             proc = subprocess.Popen(
-                ["ip", "netns", "exec", ns, *argv], env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                ["ip", "netns", "exec", ns, *argv], env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
                 preexec_fn=(lambda: cgroups.join(cgroup)) if cgroup else None,
             )  # fmt: skip
         self.procs.append(proc)
@@ -106,7 +117,7 @@ class Fleet:
         argv = [sys.executable, "-m", "fedapp", "deploy", "superlink", "--tls", str(self.tls.ca_cert.parent)]
         argv += ["--database", str(self.work / "state.db"), "--host", "0.0.0.0", "--port", str(PROXY_PORT)]
         argv += ["--control-port", str(CONTROL_PORT), "--proxy-dir", str(self.work / "proxy"), "--no-restart"]
-        self.spawn(self.link, argv, "superlink.log")
+        self.spawn(self.link, argv, "superlink.log", device=True)
         self.wait_for(lambda: "Application startup complete" in self.log("superlink.log"), BRING_UP_S, "the SuperLink", "superlink.log")
 
     def register(self) -> None:
@@ -130,7 +141,7 @@ class Fleet:
             }  # fmt: skip
             link = f"{net.link_address(i)}:{PROXY_PORT}"
             argv = supernode_argv(superlink=link, node_config=config, ca=self.tls.ca_cert, key=self.keys[i][0], port=NODE_PORT)
-            self.spawn(ns, argv, f"node-{i}.log", cgroup=ns)
+            self.spawn(ns, argv, f"node-{i}.log", cgroup=ns, device=True)
 
     def online(self) -> int:
         flwr = str(Path(sys.executable).with_name("flwr"))
@@ -266,13 +277,14 @@ def _raise_stop(signum: int, _frame: FrameType | None) -> None:
     raise Stopped(signal.Signals(signum).name)
 
 
-def run_fleet(profile: Profile, runs: Sequence[Mapping[str, Any]], app: Path, probe_kb: int = 0) -> int:
+def run_fleet(profile: Profile, runs: Sequence[Mapping[str, Any]], app: Path, probe_kb: int = 0, image_tag: str | None = None) -> int:
     """The whole `fedapp fleet run`: each of ``runs`` (run-config overrides) one after another on
-    one fleet; returns the exit code (1 when any run failed)."""
+    one fleet; returns the exit code (1 when any run failed). With ``image_tag`` the SuperLink and
+    the SuperNodes run from the built images of that tag (fedapp.fleet.images)."""
     from fedapp.core.config import ConfigError
     from fedapp.sim.flwr_run import preflight
 
-    problem = unavailable()
+    problem = unavailable() or (images.unavailable(image_tag) if image_tag is not None else None)
     if problem:
         print(f"fedapp: error: {problem}", file=sys.stderr)
         return 2
@@ -285,9 +297,11 @@ def run_fleet(profile: Profile, runs: Sequence[Mapping[str, Any]], app: Path, pr
     prefix = prefix_of(os.getpid())
     work = Path("/tmp") / f"{prefix}work"
     old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGINT)}
-    fleet = Fleet(profile, work, prefix)
+    fleet = Fleet(profile, work, prefix, image_tag, run_dirs)
     try:
         work.mkdir(mode=0o700)
+        for run_dir in run_dirs if image_tag is not None else ():  # bound into the SuperLink's image, so made first
+            run_dir.mkdir(parents=True, exist_ok=True)
         fleet.create()
         print(f"fedapp fleet: {n} nodes ({', '.join(f'{c.count} {c.name}' for c in profile.classes)}), names {prefix}*", flush=True)
         fleet.start_superlink()
