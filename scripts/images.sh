@@ -9,7 +9,8 @@
 #                      (mmdebstrap: python3, pip, venv, ca-certificates, nginx-light), imported as localhost/fedapp-base:bookworm
 #                      with pip allowed to install into the system Python; for hosts without an image registry
 #   --wheelhouse DIR   install the Python packages from the wheels in DIR only (scripts/wheelhouse.sh makes it), and
-#                      build with no network at all (buildah/docker --network none): needs a base image with nginx
+#                      build with no network at all (buildah: inside a network namespace of its own with only a
+#                      loopback, made and removed here; docker: --network none): needs a base image with nginx
 #                      (--make-base puts it in) for the SuperLink and proxy targets
 #   --torch-index URL  TORCH_INDEX build argument (default: the Dockerfile's CPU wheel index; give
 #                      https://pypi.org/simple where only PyPI is reachable: its Linux torch wheels bring CUDA libraries)
@@ -73,12 +74,18 @@ fi
 args=(--build-arg "PYTHON_IMAGE=$BASE")
 [ -n "$TORCH_INDEX" ] && args+=(--build-arg "TORCH_INDEX=$TORCH_INDEX")
 bargs=()
-[ -n "$WHEELS" ] && bargs+=(--network none)
+netns=()  # buildah's chroot isolation has no --network none: an offline build runs in an empty network namespace
+if [ -n "$WHEELS" ] && [ "$TOOL" = buildah ]; then
+  ns=fedapp-offline-$$
+  ip netns add "$ns"
+  trap 'rm -rf "$ctx" ${tmp:+"$tmp"}; ip netns del '"$ns"' 2>/dev/null || true' EXIT
+  netns=(ip netns exec "$ns")
+fi
 [ -n "$HOST_CA" ] && bargs+=(--volume "$(readlink -f "$HOST_CA"):/etc/ssl/certs/ca-certificates.crt:ro")
 for target in ${TARGETS//,/ }; do
   t0=$(date +%s)
   if [ "$TOOL" = buildah ]; then
-    buildah build --isolation chroot --layers "${bargs[@]}" -f "$ctx/docker/Dockerfile" --target "$target" "${args[@]}" -t "fedapp-$target:$TAG" "$ctx"
+    ${netns[@]+"${netns[@]}"} buildah build --isolation chroot --layers "${bargs[@]}" -f "$ctx/docker/Dockerfile" --target "$target" "${args[@]}" -t "fedapp-$target:$TAG" "$ctx"
   else
     docker build ${WHEELS:+--network none} -f "$ctx/docker/Dockerfile" --target "$target" "${args[@]}" -t "fedapp-$target:$TAG" "$ctx"
   fi

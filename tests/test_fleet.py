@@ -3,12 +3,14 @@ While it runs, the HTB classes and cgroup limits are read from the kernel and co
 the profile; afterwards the run's rows, the link probe's rates (printed, not asserted: no
 timing asserts) and that nothing of the fleet is left. A second fleet is SIGKILLed mid-run:
 its namespaces, cgroups and processes stay until `fedapp fleet clean PID`, then are gone.
-Slow (minutes on 2 shared cores: each message starts a ClientApp process under its quota):
+Slow (minutes on 2 shared cores: each message starts a ClientApp process under its quota;
+the images test uses images.sh's tag 0.1.0, or FEDAPP_IMAGE_TAG):
   pytest -n 0 -q -m slow tests/test_fleet.py -s
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -26,7 +28,7 @@ from fedapp.fleet.runner import unavailable
 
 pytestmark = [pytest.mark.flwr, pytest.mark.slow, pytest.mark.skipif((why := unavailable()) is not None, reason=str(why))]
 ROOT = Path(__file__).resolve().parents[1]
-TAG = "0.1.0"  # scripts/images.sh's default tag
+TAG = os.environ.get("FEDAPP_IMAGE_TAG", "0.1.0")  # scripts/images.sh's default tag, or the one named
 PROFILE = """name = "ci-pair"
 [class.fast]
 count = 1
@@ -158,13 +160,25 @@ def test_killed_fleet_is_cleaned_by_fedapp_fleet_clean(tmp_path: Path) -> None:
     print(f"\nkilled fleet left {after_kill}; `fedapp fleet clean {proc.pid}`: {cleaned.stdout.strip()}")
 
 
+def flower_process(pid: str) -> bool:
+    """A Flower server-side or node-side process (flower-superlink, flower-supernode, flwr-clientapp, ...),
+    not the wrapper that enters the image nor the operator's `flwr run`."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(Path(a.decode(errors="replace")).name.startswith(("flower-", "flwr-")) for a in argv[:2])
+
+
 def roots_in(prefix: str) -> dict[str, set[str]]:
-    """Each fleet namespace's processes' root folders (``/proc/PID/root``), by namespace."""
+    """The root folders (``/proc/PID/root``) of the Flower processes in each fleet namespace."""
     out: dict[str, set[str]] = {}
     for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split():
         if ns.startswith(prefix):
             pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-            out[ns] = {os.readlink(f"/proc/{p}/root") for p in pids if os.path.exists(f"/proc/{p}")}
+            for p in filter(flower_process, pids):
+                with contextlib.suppress(OSError):
+                    out.setdefault(ns, set()).add(os.readlink(f"/proc/{p}/root"))
     return out
 
 
@@ -197,7 +211,8 @@ def test_fleet_from_built_images_runs_its_rounds_and_leaves_nothing(tmp_path: Pa
         node_roots = roots.get(f"{prefix}n{i}", set())
         assert len(node_roots) == 1 and "/" not in node_roots and "overlay" in next(iter(node_roots)), roots
     assert roots[f"{prefix}n0"] != roots[f"{prefix}n1"]  # one working container per device
-    assert any("overlay" in r for r in roots[f"{prefix}link"]), roots  # the SuperLink's (the operator's flwr run is on the host)
+    link_roots = roots.get(f"{prefix}link", set())  # the SuperLink's (the operator's flwr run stays on the host)
+    assert len(link_roots) == 1 and "overlay" in next(iter(link_roots)) and link_roots != roots[f"{prefix}n0"], roots
     assert nothing_left(prefix) == {}  # containers included
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in metrics] == [1, 2] and all(r["clients"] == 2 and r["failures"] == 0 for r in metrics)
