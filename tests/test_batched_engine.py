@@ -34,12 +34,13 @@ from fedapp.client.handlers import handle_evaluate, handle_train
 from fedapp.client.node_query import handle_query
 from fedapp.client_app import app as client_app
 from fedapp.core.config import ConfigError
-from fedapp.core.train import TrainSettings
+from fedapp.core.train import TrainSettings, local_train
 from fedapp.core.wire import from_record
 from fedapp.engine.batched_executor import BatchFallbackError, train_parked
 from fedapp.engine.client_batch_size import auto_client_batch, client_bytes
 from fedapp.engine.local_grid import LocalGrid
 from fedapp.engine.run_local import full_config
+from fedapp.methods import dropout
 from fedapp.methods.pews_kernel import WarmupCall
 from fedapp.methods.registry import MODULES, resolve
 from fedapp.server.loop import serve
@@ -231,10 +232,7 @@ def check_equivalence(tmp_path: Path, over: dict[str, Any], chunks: list[int]) -
 
 
 # registered methods this test cannot pass yet, each with its reason (strict: a fix makes it fail, then drop the entry)
-KNOWN_FAILING = {
-    "fjord": "trains one client at a time (its own sub-model loop), so no chunk of several clients is batched",
-    "feddrop": "trains one client at a time (its own sub-model loop), so no chunk of several clients is batched",
-}
+KNOWN_FAILING: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(
@@ -351,8 +349,12 @@ def test_the_batched_run_trains_in_chunks(tmp_path: Path, chunks: list[int]) -> 
     assert chunks == [4, 2]
 
 
-def test_feddrop_falls_back_to_one_at_a_time_and_says_so_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """FedDrop trains dropout sub-models with its own loop: the same run, one client at a time, one log line."""
+def test_a_loop_past_the_park_point_falls_back_to_one_at_a_time_and_says_so_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A method whose local loop calls ``local_train`` itself (here FedDrop's, as it was before it went through
+    ``local_fit``) never parks: the same run, one client at a time, one log line."""
+    monkeypatch.setattr(dropout, "local_fit", local_train)
     over = {"method": "feddrop", "tiers": "0.5,1.0", "num-server-rounds": 3}
     one_dir, one = run(tmp_path, over, "1")
     with caplog.at_level(logging.INFO, logger="flwr"):
