@@ -62,10 +62,12 @@ def shared_checkout() -> Path:
 
 
 def run_env(checkout: Path) -> dict[str, str]:
-    """The environment `scripts/flwr-env.sh` gives ``checkout``, with this interpreter's tools first on PATH."""
+    """The environment `scripts/flwr-env.sh` gives ``checkout``, with this interpreter's tools first on PATH.
+    ``RAY_ADDRESS=local``: the simulation starts its own Ray instance; without it ``ray.init()`` joins the
+    machine's latest Ray cluster (/tmp/ray/ray_current_cluster), another program's, and may wait on it forever."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(("FLWR_", "FEDAPP_"))}
     env.update(checkout_env(checkout))
-    env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1")
+    env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", RAY_ADDRESS="local")
     return env
 
 
