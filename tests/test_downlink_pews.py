@@ -8,6 +8,7 @@ replies, computed here independently of fedapp.downlink."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -80,3 +81,13 @@ def test_a_lost_cache_gets_the_full_model_without_a_mask(runs: tuple[tuple[Path,
     assert "arrays-mask" not in second.content.array_records
     assert int(second.content["config"]["downlink-base"]) == 0  # type: ignore[arg-type]
     assert len(second.content["arrays"]) == len(grid.train[0][0].content["arrays"])  # type: ignore[arg-type]
+
+
+def test_changed_entries_travel_in_the_half_precision_wire(tmp_path: Path) -> None:
+    """wire-dtype float16: the entries go as float16 and are widened before they are written over the cache."""
+    over: dict[str, Any] = {**PEWS, "wire-dtype": "float16"}
+    (full, _), (sel, grid) = run(tmp_path, "full", **over), run(tmp_path, "sel", downlink="selected", **over)
+    same_results(full, sel)
+    assert all(row["downlink"]["cache_miss"] == {} for row in rows_of(sel))
+    masked = [m.content["arrays"] for m, _ in grid.train if "arrays-mask" in m.content.array_records]
+    assert masked and all(a.dtype == "float16" for rec in masked for a in rec.values())  # type: ignore[union-attr]

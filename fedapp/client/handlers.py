@@ -34,6 +34,7 @@ from fedapp.methods.base import ClientJob, ClientPolicy
 from fedapp.server.rundir import CLIENT_STATE
 
 Masks = dict[str, np.ndarray]
+Arrays = dict[str, np.ndarray]
 
 
 def state_store(cfg: RunConfig, context: Context, run_token: str = "") -> ContextStore | DiskStore:
@@ -59,7 +60,7 @@ def node_local(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
     return cfg
 
 
-def load_global(pm: ProcessModel, content: RecordDict, cached: Callable[[Masks, Masks], Masks], wire_dtype: str = "float32") -> Masks:
+def load_global(pm: ProcessModel, content: RecordDict, cached: Callable[[Arrays, Masks], Arrays], wire_dtype: str = "float32") -> Masks:
     """Set the process's model to w0 with the received global entries written in (every
     entry is overwritten, so nothing of an earlier message survives); return masks of what
     was received. A ``downlink = selected`` message is completed from the node's model
@@ -103,7 +104,7 @@ def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
     pm = process_model(cfg, ds, device)
     slots = state_store(cfg, context, str(config.get("run-token", "")))
 
-    def cached(sent: Masks, masks: Masks) -> Masks:
+    def cached(sent: Arrays, masks: Masks) -> Arrays:
         return cache.assemble(slots, pid, server_round, config, sent, pm.initial, masks)
 
     received = load_global(pm, msg.content, cached, cfg.wire_dtype)

@@ -8,9 +8,9 @@ A partial message names the round and digest of the model it builds on (``downli
 cache is used only if its round and digest are that base, its tensors have the model's names,
 shapes and dtypes, and its values hash to that digest; the cache plus the sent tensors must then
 hash to the new digest. A tensor of which only some entries changed comes as those entries (C
-order) and a flat mask of them, written over the cached tensor. Anything else raises :class:`CacheMiss` before any training: the node
-answers "cache-miss" with the reason's code and the server sends it the full model in the same
-round (fedapp.downlink.server). A full message (base 0) replaces the cache whatever it held.
+order) and a flat mask of them, written over the cached tensor. Anything else raises
+:class:`CacheMiss` before any training: the node answers "cache-miss" with the reason's code and
+the server sends it the full model in the same round (fedapp.downlink.server). A full message (base 0) replaces the cache whatever it held.
 """
 
 from __future__ import annotations
