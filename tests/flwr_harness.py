@@ -62,10 +62,12 @@ def shared_checkout() -> Path:
 
 
 def run_env(checkout: Path) -> dict[str, str]:
-    """The environment `scripts/flwr-env.sh` gives ``checkout``, with this interpreter's tools first on PATH."""
+    """The environment `scripts/flwr-env.sh` gives ``checkout``, with this interpreter's tools first on PATH.
+    ``RAY_ADDRESS=local``: the simulation starts its own Ray instance; without it ``ray.init()`` joins the
+    machine's latest Ray cluster (/tmp/ray/ray_current_cluster), another program's, and may wait on it forever."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(("FLWR_", "FEDAPP_"))}
     env.update(checkout_env(checkout))
-    env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1")
+    env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", RAY_ADDRESS="local")
     return env
 
 
@@ -89,10 +91,28 @@ def stop_all() -> None:
     _copies.clear()
 
 
+# Start the managed SuperLink with Flower's own command and readiness probe (its /health endpoint,
+# giving up early if the process exits), but with a deadline a loaded machine can meet: `flwr run`
+# allows it 15 s and fails the run ("Failed to start local SuperLink within 15s").
+_START = (
+    "import sys, flwr.cli.local_superlink as m; m.LOCAL_SUPERLINK_STARTUP_TIMEOUT = float(sys.argv[1]); "
+    "m._is_local_superlink_started() or m._start_local_superlink()"
+)
+
+
+def ensure_superlink(checkout: Path, timeout: float = 300) -> None:
+    """The copy's managed SuperLink, started (if it is not up) and answering its health probe."""
+    argv = [sys.executable, "-c", _START, str(timeout)]
+    proc = subprocess.run(argv, cwd=checkout, env=run_env(checkout), capture_output=True, text=True, timeout=timeout + 60)
+    if proc.returncode != 0:
+        raise RuntimeError(f"local SuperLink of {checkout} did not start: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+
+
 def flwr_run(tmp: Path, run_config: dict[str, object], num_supernodes: int = 2, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """`flwr run <checkout> --stream` on the session's shared SuperLink; returns the finished process.
     (``tmp`` is kept for callers; results go to the run-dir they name.)"""
     checkout = shared_checkout()
+    ensure_superlink(checkout)
     overrides = " ".join(f"{k}={toml_value(v)}" for k, v in run_config.items())
     federation = f"num-supernodes={num_supernodes} client-resources-num-cpus=1"
     cmd = [FLWR, "run", str(checkout), "--stream", "--run-config", overrides, "--federation-config", federation]

@@ -45,7 +45,7 @@ ATTACKS: dict[str, Attack] = {
 }
 
 
-def no_cache(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def no_cache(arrays: dict[str, np.ndarray], masks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     raise AssertionError("a downlink = full message never reads the model cache")
 
 

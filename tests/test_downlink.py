@@ -70,9 +70,9 @@ def run(tmp: Path, name: str, faults: dict[tuple[int, int], Fault] | None = None
     return serve(grid, raw, discovery_timeout=5.0), grid
 
 
-def same_results(a: Path, b: Path) -> None:
-    """Every non-traffic, non-timing key of every row, and the saved model, bit-identical."""
-    rows_a, rows_b = ([{k: v for k, v in r.items() if k not in TRAFFIC} for r in outcome_rows(p)] for p in (a, b))
+def same_results(a: Path, b: Path, skip: frozenset[str] = frozenset()) -> None:
+    """Every non-traffic, non-timing key of every row (but ``skip``), and the saved model, bit-identical."""
+    rows_a, rows_b = ([{k: v for k, v in r.items() if k not in TRAFFIC | skip} for r in outcome_rows(p)] for p in (a, b))
     assert rows_a == rows_b
     with np.load(a / "model.npz") as ma, np.load(b / "model.npz") as mb:
         assert ma.files == mb.files and all(np.array_equal(ma[k], mb[k]) for k in ma.files)
@@ -204,3 +204,22 @@ def test_fraction_train_half_names_catch_ups_and_matches_full(tmp_path: Path) ->
         caught += len(want)
     assert caught > 0  # the draw did make nodes miss rounds
     assert list((Path(sel) / "client-state").rglob(f"client-*.{SLOT}.npz"))
+
+
+def test_batched_engine_selected_matches_batched_full(tmp_path: Path) -> None:
+    """``client-batch`` 8: the round's messages, partial or full, and a cache-miss resend (a second
+    exchange in the round) all go through the batched executor, and change nothing."""
+    over: dict[str, Any] = {"client-batch": "8"}
+    faults: dict[tuple[int, int], Fault] = {(3, 0): missing}
+    (full, _), (sel, grid) = run(tmp_path, "full", dict(faults), **over), run(tmp_path, "sel", dict(faults), downlink="selected", **over)
+    same_results(full, sel, frozenset({"client_batch"}))
+    for r in rows_of(sel):
+        batched = r["client_batch"]
+        if r["round"] != 3:
+            assert batched["chunks"] == [3] and batched["one_at_a_time"] == {}, r["round"]  # all trained in one chunk
+        else:  # partition 0 refused its cache before training, then trained alone in the resend's wave
+            assert batched["chunks"] == [2, 1] and sum(batched["one_at_a_time"].values()) == 1
+        assert r["downlink"]["cache_miss"] == ({"0": "missing"} if r["round"] == 3 else {}), r["round"]
+    group = groups_of()[1][rows_of(sel)[1]["trained_group"]]  # what round 2 changed
+    everything = len(grid.train[0][0].content["arrays"])  # type: ignore[arg-type]
+    assert [len(m.content["arrays"]) for p, m, _ in grid.messages_of(3) if p == 0] == [len(group), everything]  # type: ignore[arg-type]

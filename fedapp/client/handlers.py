@@ -34,6 +34,7 @@ from fedapp.methods.base import ClientJob, ClientPolicy
 from fedapp.server.rundir import CLIENT_STATE
 
 Masks = dict[str, np.ndarray]
+Arrays = dict[str, np.ndarray]
 
 
 def state_store(cfg: RunConfig, context: Context, run_token: str = "") -> ContextStore | DiskStore:
@@ -59,17 +60,20 @@ def node_local(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
     return cfg
 
 
-def load_global(
-    pm: ProcessModel, content: RecordDict, cached: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], wire_dtype: str = "float32"
-) -> Masks:
+def load_global(pm: ProcessModel, content: RecordDict, cached: Callable[[Arrays, Masks], Arrays], wire_dtype: str = "float32") -> Masks:
     """Set the process's model to w0 with the received global entries written in (every
     entry is overwritten, so nothing of an earlier message survives); return masks of what
     was received. A ``downlink = selected`` message is completed from the node's model
-    cache by ``cached`` (fedapp.downlink.cache), which raises CacheMiss before any training.
+    cache by ``cached`` (fedapp.downlink.cache), which raises CacheMiss before any training; its
+    tensors of which only some entries changed come as those entries and their mask (``arrays-mask``).
     Float32 tensors sent as ``wire_dtype`` (fedapp.downlink.precision) are widened first."""
     current = pm.initial
-    if cache.DIGEST_KEY in content["config"]:  # type: ignore[operator]
-        values = cached(widen(global_arrays(content["arrays"]), current, wire_dtype))  # type: ignore[arg-type]
+    if cache.DIGEST_KEY in content["config"] and "arrays-mask" in content.array_records:
+        delta = wire.decode(content["arrays"], content["arrays-mask"], current, 1.0, wire_dtype)  # type: ignore[arg-type]
+        values = cached(delta.values, delta.masks)
+        received = pm.everything
+    elif cache.DIGEST_KEY in content["config"]:  # type: ignore[operator]
+        values = cached(widen(global_arrays(content["arrays"]), current, wire_dtype), {})  # type: ignore[arg-type]
         received = pm.everything
     elif "arrays-mask" in content.array_records:
         got = wire.decode(content["arrays"], content["arrays-mask"], current, 1.0, wire_dtype)  # type: ignore[arg-type]
@@ -99,7 +103,11 @@ def make_job(msg: Message, context: Context) -> tuple[ClientJob, ClientPolicy]:
     ds = dataset_for(cfg)
     pm = process_model(cfg, ds, device)
     slots = state_store(cfg, context, str(config.get("run-token", "")))
-    received = load_global(pm, msg.content, lambda sent: cache.assemble(slots, pid, server_round, config, sent, pm.initial), cfg.wire_dtype)
+
+    def cached(sent: Arrays, masks: Masks) -> Arrays:
+        return cache.assemble(slots, pid, server_round, config, sent, pm.initial, masks)
+
+    received = load_global(pm, msg.content, cached, cfg.wire_dtype)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + server_round * 10_007 + pid)
     records = {n: wire.from_record(r) for n, r in msg.content.array_records.items() if n not in wire.RESERVED}
     policy = method.client(cfg, params)

@@ -7,9 +7,10 @@ A partial message names the round and digest of the model it builds on (``downli
 ``downlink-base-digest``) and the digest of the model it completes (``downlink-digest``). The
 cache is used only if its round and digest are that base, its tensors have the model's names,
 shapes and dtypes, and its values hash to that digest; the cache plus the sent tensors must then
-hash to the new digest. Anything else raises :class:`CacheMiss` before any training: the node
-answers "cache-miss" with the reason's code and the server sends it the full model in the same
-round (fedapp.downlink.server). A full message (base 0) replaces the cache whatever it held.
+hash to the new digest. A tensor of which only some entries changed comes as those entries (C
+order) and a flat mask of them, written over the cached tensor. Anything else raises
+:class:`CacheMiss` before any training: the node answers "cache-miss" with the reason's code and
+the server sends it the full model in the same round (fedapp.downlink.server). A full message (base 0) replaces the cache whatever it held.
 """
 
 from __future__ import annotations
@@ -64,11 +65,15 @@ def check_layout(tensors: Mapping[str, np.ndarray], like: Mapping[str, np.ndarra
 
 def assemble(
     slots: ContextStore | DiskStore, pid: int, server_round: int, config: Mapping[str, object],
-    sent: Mapping[str, np.ndarray], like: Mapping[str, np.ndarray],
+    sent: Mapping[str, np.ndarray], like: Mapping[str, np.ndarray], masks: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:  # fmt: skip
-    """The whole global model of this message (``sent`` over the verified cache), saved as the new cache."""
+    """The whole global model of this message (``sent`` over the verified cache), saved as the new
+    cache. ``masks[n]``: ``sent[n]`` holds only the entries of tensor n where this flat mask is on."""
+    masks = masks or {}
     want, base, base_digest = str(config[DIGEST_KEY]), int(config.get(BASE_KEY, 0)), str(config.get(BASE_DIGEST_KEY, ""))  # type: ignore[call-overload]
     if base == 0:
+        if masks:
+            raise ValueError(f"full downlink message sends {sorted(masks)[:3]} as masked entries")
         missing = sorted(set(like) - set(sent))
         if missing:
             raise ValueError(f"full downlink message lacks {missing[:3]}")
@@ -84,7 +89,11 @@ def assemble(
         check_layout(cached, like)
         if digest_of(cached) != base_digest:
             raise CacheMiss(3, f"cached values hash to another digest than their stamp {d[:12]} (corrupted)")
-        model = {**cached, **sent}
+        model = {**cached, **{n: a for n, a in sent.items() if n not in masks}}
+        for n, m in masks.items():
+            full = cached[n].reshape(-1).copy()
+            full[m] = sent[n]
+            model[n] = full.reshape(cached[n].shape)
         check_layout(model, like)
         if digest_of(model) != want:
             raise CacheMiss(5, f"cache of round {base} plus the {len(sent)} sent tensors does not hash to {want[:12]}")

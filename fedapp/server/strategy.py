@@ -166,7 +166,9 @@ class MaskedStrategy(Strategy):
             content = RecordDict()
             extra: dict[str, Any] = {}
             if task.download_masks is None and self.downlink.selected:
-                content["arrays"], extra = self.downlink.arrays_for(pid, self.nodes[pid], arrays)
+                delta, extra = self.downlink.arrays_for(pid, self.nodes[pid], arrays)
+                for name, rec in delta.items():
+                    content[name] = rec
             elif task.download_masks is None:
                 content["arrays"] = arrays
             else:
