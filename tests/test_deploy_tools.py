@@ -230,14 +230,15 @@ def test_supernode_insecure_with_a_key_or_ca_is_refused_not_dropped(tmp_path: Pa
 def test_default_shape_binds_the_superlink_to_loopback_behind_a_valid_proxy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tls = make_certs(["10.0.0.5"], tmp_path / "tls")
     assert main(["deploy", "superlink", "--tls", str(tls.ca_cert.parent), "--dry-run", "--proxy-dir", str(tmp_path / "px")]) == 0
-    link, nginx, *conf = capsys.readouterr().out.splitlines()
+    link, nginx, superexec, *conf = capsys.readouterr().out.splitlines()
     args = _parse_args_run_superlink().parse_args(shlex.split(link)[1:])
+    assert shlex.split(superexec)[1:] == ["--runtime-api-address", "127.0.0.1:9093", "--root-certificates", str(tls.ca_cert)]
     assert (args.host, args.port, args.enable_supernode_auth) == ("127.0.0.1", 9093, True)
     text = "\n".join(conf)
     assert "listen 127.0.0.1:8000 ssl;" in text and "0.0.0.0" not in text
     assert "upstream superlink { server 127.0.0.1:9093;" in text
     assert main(["deploy", "superlink", "--insecure", "--no-auth", "--dry-run"]) == 0
-    assert _parse_args_run_superlink().parse_args(shlex.split(capsys.readouterr().out)[1:]).host == "127.0.0.1"
+    assert _parse_args_run_superlink().parse_args(shlex.split(capsys.readouterr().out.splitlines()[0])[1:]).host == "127.0.0.1"
     # nginx itself accepts the configuration it will run
     from fedapp.deploy.proxy import write_conf
 
@@ -261,3 +262,44 @@ def test_supervised_group_stops_its_partner_when_one_exits(tmp_path: Path) -> No
     sleeper_pid = int(pid_file.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(sleeper_pid, 0)  # terminated and reaped by the supervisor
+
+
+def test_a_respawned_helper_comes_back_alone_and_stops_with_the_group(tmp_path: Path) -> None:
+    """The SuperLink's SuperExec exits for good on the first error the SuperLink answers; the
+    supervisor starts it again by itself (the SuperLink and its proxy keep running, their runs
+    intact), also with --no-restart, and stops it with the group."""
+    root = Path(__file__).resolve().parents[1]
+    starts, member = tmp_path / "starts", tmp_path / "member.pid"
+    count = f"p = pathlib.Path({str(starts)!r}); p.write_text(p.read_text() + 'x' if p.exists() else 'x')"
+    helper = [sys.executable, "-c", f"import pathlib, sys; {count}; sys.exit(1)"]
+    write_pid = f"pathlib.Path({str(member)!r}).write_text(str(os.getpid()))"
+    sleeper = [sys.executable, "-c", f"import os, pathlib, time; {write_pid}; time.sleep(600)"]
+    code = f"from fedapp.deploy.supervise import supervise_group; raise SystemExit(supervise_group({[sleeper]!r}, -1.0, [{helper!r}], 0.1))"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=root)
+    try:
+        deadline = time.monotonic() + 60
+        while (not starts.exists() or len(starts.read_text()) < 4) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(starts.read_text()) >= 4  # started again after each exit
+        first = int(member.read_text())
+        os.kill(first, 0)  # the group's member was never restarted: the same process throughout
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        rc = proc.wait(timeout=30)
+    seen = len(starts.read_text())
+    time.sleep(0.5)
+    assert len(starts.read_text()) == seen  # stopped with the group: no respawn after
+    assert rc == 256 - 15  # the member's SIGTERM status, as the supervisor's exit code
+    with pytest.raises(ProcessLookupError):
+        os.kill(first, 0)
+
+
+def test_superlink_runs_serverapps_through_a_supervised_superexec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--isolation process` and a SuperExec dialing the SuperLink's own address, as Flower would start it."""
+    assert main(["deploy", "superlink", "--insecure", "--no-auth", "--dry-run", "--host", "0.0.0.0", "--port", "9999",
+                 "--database", str(tmp_path / "x.db")]) == 0  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    assert "--isolation process" in lines[0]
+    assert lines[1].split()[1:] == ["--runtime-api-address", "127.0.0.1:9999", "--insecure"]
+    assert Path(lines[1].split()[0]).name == "flower-superexec"

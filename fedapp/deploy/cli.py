@@ -58,19 +58,20 @@ def cmd_register(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(argvs: list[list[str]], args: argparse.Namespace, conf: str = "") -> int:
-    """Run the commands as one supervised group (``--dry-run``: print them, and nginx.conf)."""
+def _run(argvs: list[list[str]], args: argparse.Namespace, conf: str = "", respawn: list[list[str]] | None = None) -> int:
+    """Run the commands as one supervised group, ``respawn``'s beside it restarted alone
+    (``--dry-run``: print them, and nginx.conf)."""
     if args.dry_run:
-        for argv in argvs:
+        for argv in [*argvs, *(respawn or [])]:
             print(shlex.join(argv))
         print(conf, end="")
         return 0
     from fedapp.deploy.supervise import supervise_group
 
-    return supervise_group(argvs, -1.0 if args.no_restart else args.restart_delay)
+    return supervise_group(argvs, -1.0 if args.no_restart else args.restart_delay, respawn)
 
 
-def _with_proxy(argvs: list[list[str]], args: argparse.Namespace, upstream: str) -> int:
+def _with_proxy(argvs: list[list[str]], args: argparse.Namespace, upstream: str, respawn: list[list[str]] | None = None) -> int:
     """Add nginx on ``--host:--port`` in front of ``upstream`` to the group, in a private folder."""
     import tempfile
 
@@ -87,12 +88,12 @@ def _with_proxy(argvs: list[list[str]], args: argparse.Namespace, upstream: str)
     if args.dry_run:
         if not args.proxy_dir:
             work.rmdir()
-        return _run([*argvs, argv], args, conf)
+        return _run([*argvs, argv], args, conf, respawn)
     write_conf(work, conf)
     print(f"fedapp deploy: devices dial {args.host}:{args.port} (nginx: the Fleet API only, conf in {work}); ", end="", file=sys.stderr)
     print(f"the SuperLink itself is on {upstream} (the operator's Control API)", file=sys.stderr, flush=True)
     try:
-        return _run([*argvs, argv], args)
+        return _run([*argvs, argv], args, respawn=respawn)
     finally:
         if not args.proxy_dir:
             shutil.rmtree(work, ignore_errors=True)
@@ -102,19 +103,26 @@ def cmd_superlink(args: argparse.Namespace) -> int:
     """Secure shape: flower-superlink on loopback (``--control-host/--control-port``) and nginx on
     ``--host/--port`` forwarding the Fleet API only. ``--insecure``: flower-superlink alone on
     ``--host/--port``, plain HTTP, everything open (a closed test network)."""
-    from fedapp.deploy.commands import superlink_argv
+    from fedapp.deploy.commands import superexec_argv, superlink_argv
     from fedapp.deploy.proxy import upstream_of
 
     if args.tls is None and not args.insecure:
         raise DeployError("give --tls DIR (from `fedapp deploy certs`), or --insecure for plain HTTP without node authentication")
     if args.insecure:
-        return _run([superlink_argv(database=args.database, tls_dir=None, host=args.host, port=args.port, auth=not args.no_auth)], args)
+        link = superlink_argv(database=args.database, tls_dir=None, host=args.host, port=args.port, auth=not args.no_auth)
+        return _run([link], args, respawn=[superexec_argv(host=_dial(args.host), port=args.port, tls_dir=None)])
     link = superlink_argv(database=args.database, tls_dir=args.tls, host=args.control_host, port=args.control_port, auth=not args.no_auth)
+    execs = [superexec_argv(host=_dial(args.control_host), port=args.control_port, tls_dir=args.tls)]
     if args.no_proxy:
-        return _run([link], args)
+        return _run([link], args, respawn=execs)
     if args.port == args.control_port:
         raise DeployError(f"--port {args.port} (devices, through the proxy) and --control-port (the SuperLink itself) must differ")
-    return _with_proxy([link], args, upstream_of(args.control_host, args.control_port))
+    return _with_proxy([link], args, upstream_of(args.control_host, args.control_port), execs)
+
+
+def _dial(host: str) -> str:
+    """The address a process on this machine dials for a server bound to ``host`` (a wildcard: loopback)."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
 
 
 def cmd_proxy(args: argparse.Namespace) -> int:

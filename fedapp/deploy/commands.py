@@ -53,7 +53,7 @@ def superlink_argv(
     """``tls_dir`` holds ca.crt, server.pem, server.key; ``None`` means plain HTTP (insecure).
     ``host`` defaults to loopback: whoever reaches this port reaches the Control API."""
     argv = [flower_exe("flower-superlink"), "--host", host, "--port", str(port), "--database", str(database)]
-    argv.append("--disable-runtime-dependency-installation")
+    argv += ["--disable-runtime-dependency-installation", "--isolation", "process"]  # its SuperExec: superexec_argv
     if tls_dir is None:
         if auth:
             raise DeployError("SuperNode authentication needs TLS: give the TLS folder, or turn authentication off as well (--no-auth)")
@@ -63,6 +63,16 @@ def superlink_argv(
     argv += ["--ssl-certfile", _need(tls / "server.pem", "server certificate")]
     argv += ["--ssl-keyfile", check_private(tls / "server.key", "server key")]
     return [*argv, "--enable-supernode-auth"] if auth else argv
+
+
+def superexec_argv(*, host: str = "127.0.0.1", port: int = 9093, tls_dir: str | Path | None) -> list[str]:
+    """The SuperExec that launches each ServerApp for a SuperLink started by ``superlink_argv``
+    (``--isolation process``), as the SuperLink would start it itself, but supervised: Flower's own
+    one exits for good on the first error the SuperLink answers (e.g. "database is locked" on a
+    loaded machine) and every later run then waits forever (fedapp.deploy.supervise respawns it)."""
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    argv = [flower_exe("flower-superexec"), "--runtime-api-address", address]
+    return [*argv, "--insecure"] if tls_dir is None else [*argv, "--root-certificates", _need(Path(tls_dir) / "ca.crt", "CA certificate")]
 
 
 def node_config_arg(values: dict[str, object]) -> str:

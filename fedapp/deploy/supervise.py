@@ -5,7 +5,10 @@ what happens after a crash or power loss: its previous session counts as online 
 heartbeat lapses (about 60 s). A supervisor (this loop, systemd ``Restart=always`` or
 compose ``restart:``) brings it back once the SuperLink accepts it again. Processes that
 only work together (the SuperLink and its proxy) are one group: when one exits, the others
-are stopped and the group restarts as a whole. SIGTERM/SIGINT stop the children and the loop.
+are stopped and the group restarts as a whole. A helper that the group outlives (the SuperLink's
+SuperExec, which launches each ServerApp and exits on the first error the SuperLink answers, e.g.
+"database is locked" under load) is respawned alone, without touching the rest, in either mode.
+SIGTERM/SIGINT stop the children and the loop.
 """
 
 from __future__ import annotations
@@ -15,15 +18,35 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from types import FrameType
 
+RESPAWN_DELAY = 2.0
 
-def _first_exit(children: list[subprocess.Popen[bytes]]) -> tuple[int, str]:
+
+def _name(child: subprocess.Popen[bytes]) -> str:
+    return os.path.basename(str(child.args[0]))  # type: ignore[index]
+
+
+def _first_exit(
+    children: list[subprocess.Popen[bytes]], helpers: list[subprocess.Popen[bytes]], delay: float, stopping: Callable[[], bool]
+) -> tuple[int, str]:
+    """Wait for a group member to exit; meanwhile respawn each helper ``delay`` s after it exits
+    (not once the supervisor is stopping)."""
+    due: dict[int, float] = {}
     while True:
         for child in children:
             rc = child.poll()
             if rc is not None:
-                return rc, os.path.basename(str(child.args[0]))  # type: ignore[index]
+                return rc, _name(child)
+        for i, helper in enumerate(helpers):
+            rc = helper.poll()
+            if rc is not None and i not in due:
+                print(f"fedapp deploy: {_name(helper)} exited with {rc}; starting it again in {delay:g}s", file=sys.stderr, flush=True)
+                due[i] = time.monotonic() + delay
+            elif i in due and time.monotonic() >= due[i] and not stopping():
+                helpers[i] = subprocess.Popen(helper.args)
+                del due[i]
         time.sleep(0.2)
 
 
@@ -44,9 +67,13 @@ def supervise(argv: list[str], restart_delay: float) -> int:
     return supervise_group([argv], restart_delay)
 
 
-def supervise_group(argvs: list[list[str]], restart_delay: float) -> int:
+def supervise_group(
+    argvs: list[list[str]], restart_delay: float, respawn: list[list[str]] | None = None, respawn_delay: float = RESPAWN_DELAY
+) -> int:
     """Run every command of ``argvs`` together until one exits; return its exit code, or with
-    ``restart_delay`` >= 0 stop the rest and start them all again after that many seconds."""
+    ``restart_delay`` >= 0 stop the rest and start them all again after that many seconds.
+    Each command of ``respawn`` runs beside the group and is started again ``respawn_delay`` s
+    after it exits, alone."""
     stopping = False
     children: list[subprocess.Popen[bytes]] = []
 
@@ -63,7 +90,10 @@ def supervise_group(argvs: list[list[str]], restart_delay: float) -> int:
         children[:] = []
         for argv in argvs:
             children.append(subprocess.Popen(argv))
-        rc, name = _first_exit(children)
+        helpers = [subprocess.Popen(argv) for argv in respawn or []]
+        children.extend(helpers)  # signals reach them too
+        rc, name = _first_exit(children[: len(argvs)], helpers, respawn_delay, lambda: stopping)
+        children[len(argvs) :] = helpers  # the respawned ones
         _stop(children)
         if stopping or restart_delay < 0:
             return rc
