@@ -17,22 +17,27 @@ disk store (``state-store = disk`` or a node's ``state-dir``) is written by the 
 own node: on one machine that is the same folder; across machines the run-dir (or state-dir)
 must be a folder every node mounts (docs/engine-workers.md).
 
-Faults: messages are one Ray task each (with ``client-batch`` > 1, a worker's share of a
-round's train messages is one task). A worker that dies costs the messages it had not
-finished: each is that client's failure (error reply, named in the round's failed_pids), not
-retried, because a client that kills its worker (out of memory, a crash in native code) would
-kill the retry too. As in one process, ``round-timeout`` is not applied: every live worker is
-waited for (Ray reports a dead one at once). Before the next message the dead worker is replaced; a replacement Ray cannot
-place within ``RESTART_TIMEOUT`` is dropped and its nodes go to the other workers; with none left
-the run stops with one line (``EngineWorkersLost``) and ``resume = true`` continues from the last
-checkpoint.
+Each send gives every worker its share of the messages in one call (a streaming Ray
+generator: the driver serialises the share, and the global model it holds once, then waits
+idle), and the worker sends each reply back as soon as it has made it (with ``client-batch`` >
+1, a round's train messages once its batched executor has run them all). Per-message Ray calls
+cost more than digits clients' training (docs/results.md, "Engine workers").
+
+Faults: a worker that dies costs the messages whose replies it had not sent: each is that
+client's failure (error reply, named in the round's failed_pids), not retried, because a client
+that kills its worker (out of memory, a crash in native code) would kill the retry too. As in
+one process, ``round-timeout`` is not applied: every live worker is waited for (Ray reports a
+dead one at once). Before the next message the dead worker is replaced; a replacement Ray cannot
+place within ``RESTART_TIMEOUT`` is dropped and its nodes go to the other workers; with none
+left the run stops with one line (``EngineWorkersLost``) and ``resume = true`` continues from
+the last checkpoint.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,17 +109,32 @@ class EngineWorker:
         """This worker's node address and process id."""
         return ray.util.get_node_ip_address(), os.getpid()
 
-    def run(self, messages: list[Message], states: list[RecordDict]) -> tuple[list[Message], list[Shipped], dict[str, Any], float]:
+    def run(self, messages: list[Message], states: list[RecordDict], batch: bool) -> Iterator[Any]:
+        """Run a worker's share of a send: yield ``(position, reply, state shipped back, client seconds)``
+        per message as it finishes, then the ``client_batch`` notes. One at a time, each reply leaves as
+        soon as it is made, so a worker that dies later loses only its unfinished messages. ``batch`` (a
+        round's train messages, ``client-batch`` > 1): the batched executor runs them together first."""
         assert self.grid is not None, "setup first"
-        befores = []
-        for msg, state in zip(messages, states, strict=True):
-            self.grid.contexts[msg.metadata.dst_node_id].state = state
-            befores.append(dict(state.items()))
-        start = self.grid.client_seconds
-        replies = list(self.grid.send_and_receive(messages))
-        back = [ship_back(self.grid.contexts[m.metadata.dst_node_id].state, b) for m, b in zip(messages, befores, strict=True)]
-        notes = self.grid.round_notes().get("client_batch", {})
-        return replies, back, notes, self.grid.client_seconds - start
+        grid = self.grid
+        if batch:
+            befores = [self._hand(grid, m, s) for m, s in zip(messages, states, strict=True)]
+            start = grid.client_seconds
+            replies = list(grid.send_and_receive(messages))
+            seconds = grid.client_seconds - start
+            for i, (msg, reply, before) in enumerate(zip(messages, replies, befores, strict=True)):
+                yield i, reply, ship_back(grid.contexts[msg.metadata.dst_node_id].state, before), seconds if i == 0 else 0.0
+        else:
+            for i, (msg, state) in enumerate(zip(messages, states, strict=True)):
+                before, start = self._hand(grid, msg, state), grid.client_seconds
+                reply = grid._deliver(msg)  # as one process delivers a message outside a batched round
+                yield i, reply, ship_back(grid.contexts[msg.metadata.dst_node_id].state, before), grid.client_seconds - start
+        yield grid.round_notes().get("client_batch", {})
+
+    @staticmethod
+    def _hand(grid: LocalGrid, msg: Message, state: RecordDict) -> dict[str, Any]:
+        """Give the message's node the state the driver sent; return its records as they were."""
+        grid.contexts[msg.metadata.dst_node_id].state = state
+        return dict(state.items())
 
     def close(self) -> None:
         if self.grid is not None:
@@ -266,39 +286,35 @@ class RayGrid(LocalGrid):
             else:
                 replies[i] = self._deliver(m)  # 404, as one process answers it
         whole = self.batched and bool(messages) and all(m.metadata.message_type == MessageType.TRAIN for m in messages)
-        groups: list[list[int]] = []  # message positions per task, each task on one worker
-        if whole:
-            per_worker: dict[int, list[int]] = {}
-            for i in known:
-                m = messages[i]
-                per_worker.setdefault(self.worker_of(m), []).append(i)
-            groups = list(per_worker.values())
-        else:
-            groups = [[i] for i in known]
-        tasks = []
-        for group in groups:
-            w = self.worker_of(messages[group[0]])
-            msgs = [messages[i] for i in group]
+        shares: dict[int, list[int]] = {}  # message positions per worker: one call each
+        for i in known:
+            shares.setdefault(self.worker_of(messages[i]), []).append(i)
+        calls = []
+        for w, share in shares.items():
+            msgs = [messages[i] for i in share]
             states = [self.contexts[m.metadata.dst_node_id].state for m in msgs]
-            tasks.append((w, group, self.slots[w].actor.run.remote(msgs, states)))
-        for w, group, ref in tasks:
+            calls.append((w, share, self.slots[w].actor.run.options(num_returns="streaming").remote(msgs, states, whole)))
+        for w, share, stream in calls:
             slot = self.slots[w]
             try:
-                got, back, notes, seconds = ray.get(ref)  # no timeout, as one process waits for every client
+                for ref in stream:  # no timeout, as one process waits for every client
+                    item = ray.get(ref)
+                    if isinstance(item, dict):
+                        self.notes.append(item)
+                        continue
+                    pos, reply, shipped, seconds = item
+                    i, msg = share[pos], messages[share[pos]]
+                    take_back(self.contexts[msg.metadata.dst_node_id].state, shipped)
+                    replies[i] = reply
+                    self.client_seconds += seconds
+                    if msg.metadata.message_type == MessageType.TRAIN:
+                        self.trained_on[str(self.contexts[msg.metadata.dst_node_id].node_config["partition-id"])] = f"{w}@{slot.ip}"
             except Exception as err:
                 slot.dead = True
                 why = f"engine worker {w} ({slot.where}) lost the message: {type(err).__name__}: {str(err).strip()[:200]}"
-                for i in group:
-                    replies[i] = Message(Error(code=WORKER_DIED, reason=why), reply_to=messages[i])
-                continue
-            self.client_seconds += seconds
-            self.notes.append(notes)
-            for i, reply, shipped in zip(group, got, back, strict=True):
-                msg = messages[i]
-                take_back(self.contexts[msg.metadata.dst_node_id].state, shipped)
-                replies[i] = reply
-                if msg.metadata.message_type == MessageType.TRAIN:
-                    self.trained_on[str(self.contexts[msg.metadata.dst_node_id].node_config["partition-id"])] = f"{w}@{slot.ip}"
+                for i in share:
+                    if replies[i] is None:
+                        replies[i] = Message(Error(code=WORKER_DIED, reason=why), reply_to=messages[i])
         return [r for r in replies if r is not None]
 
     def close(self) -> None:
