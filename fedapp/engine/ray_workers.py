@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +53,7 @@ from fedapp.engine.local_grid import LocalGrid
 log = logging.getLogger("flwr")
 
 RESTART_TIMEOUT = 60.0  # seconds a replacement worker may take to start
+GCS_GRACE = 10.0  # seconds the cluster's GCS may refuse connections before the cluster counts as gone
 WORKER_DIED = 503  # the Error code of a message whose worker died
 
 Shipped = list[tuple[str, bool, Any]]  # a Context.state: (name, kept, the record or, where kept, the name it had)
@@ -58,6 +61,26 @@ Shipped = list[tuple[str, bool, Any]]  # a Context.state: (name, kept, the recor
 
 class EngineWorkersLost(RuntimeError):
     """No engine worker could be started: the Ray cluster is gone or full."""
+
+
+def cluster_gone(grace: float = GCS_GRACE) -> str:
+    """The GCS address (``host:port``) of a Ray cluster that is gone, else "": its GCS (the head)
+    refused connections for ``grace`` seconds. Checked as soon as a worker dies, because Ray ends
+    a driver that cannot reach the GCS for 60 s, before a replacement worker's start could time out
+    (a GCS restarted within ``grace``, with GCS fault tolerance, counts as alive)."""
+    address = str(getattr(ray.get_runtime_context(), "gcs_address", "") or "")
+    if ":" not in address:  # a Ray Client driver (ray://) has none: the workers' own errors decide
+        return ""
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + grace
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=2.0):
+                return ""
+        except OSError:
+            if time.monotonic() >= deadline:
+                return address
+            time.sleep(0.5)
 
 
 def ship_back(state: RecordDict, before: Mapping[str, Any]) -> Shipped:
@@ -235,6 +258,7 @@ class RayGrid(LocalGrid):
         """Replace dead workers; drop those Ray cannot place; none left: EngineWorkersLost."""
         if not any(s.dead for s in self.slots):
             return
+        self.check_cluster()
         alive = []
         for i, slot in enumerate(self.slots):
             if slot.dead:
@@ -252,6 +276,17 @@ class RayGrid(LocalGrid):
         if not alive:
             raise EngineWorkersLost(
                 "engine-workers: every Ray worker died and none could be started again (is the Ray cluster gone?); "
+                "resume = true continues from the last checkpointed round"
+            )
+
+    def check_cluster(self) -> None:
+        """Raise EngineWorkersLost, every worker marked dead, where the Ray cluster is gone."""
+        gone = cluster_gone()
+        if gone:
+            for slot in self.slots:
+                slot.dead = True
+            raise EngineWorkersLost(
+                f"engine-workers: the Ray cluster is gone (its GCS at {gone} refuses connections), and every worker with it; "
                 "resume = true continues from the last checkpointed round"
             )
 
@@ -315,6 +350,8 @@ class RayGrid(LocalGrid):
                 for i in share:
                     if replies[i] is None:
                         replies[i] = Message(Error(code=WORKER_DIED, reason=why), reply_to=messages[i])
+        if any(self.slots[w].dead for w in shares):
+            self.check_cluster()  # a round the cluster's end interrupted is not a round of failed clients
         return [r for r in replies if r is not None]
 
     def close(self) -> None:
