@@ -7,8 +7,9 @@ Each run has ``--rounds`` rounds; the numbers are means over rounds 2.. (round 1
 workers' imports and data loading): the **train phase** (the round's train messages sent and every
 reply back: the part the workers parallelise) and the whole round (the row's ``seconds``: train
 phase, aggregation, the server's central evaluation, metrics row and checkpoint, which stay in
-the driver). The 2-worker runs share one local Ray (2 CPUs), started before them and not
-counted. Prints the machine's load average: on a shared machine the ratio is contended.
+the driver). Also the CPU seconds used during the train phase by the driver, each worker and
+Ray's own processes (GCS, raylet, ...): where the time goes. The runs share one local Ray (2 CPUs),
+started before them and not counted. Prints the machine's load average: on a shared machine the ratio is contended.
 Usage: python bench/engine_workers.py [--clients 20] [--epochs 1] [--rounds 6] [--only cnn|pews]
 """
 
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,23 +36,52 @@ from flwr.app import Message, MessageType  # noqa: E402
 
 from fedapp.engine.run_local import full_config, make_grid  # noqa: E402
 from fedapp.server.loop import serve  # noqa: E402
+from tests.deploy_harness import descendants  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
 
 
-def timed_run(cfg: dict[str, Any]) -> tuple[float, float]:
-    """One run (as ``run_local`` does it); the means over rounds 2.. of its train phase and of its rounds."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (every thread), 0 where it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+@dataclass
+class Timed:
+    """Means over rounds 2.. of one run: train phase and round wall seconds, and the CPU seconds
+    spent during the train phase by the driver, each worker and Ray's own processes (GCS, raylet, ...)."""
+
+    phase: float
+    round: float
+    driver: float
+    workers: list[float]
+    ray: float
+
+
+def timed_run(cfg: dict[str, Any]) -> Timed:
+    """One run (as ``run_local`` does it), timed."""
     from fedapp.client_app import app
 
     raw = full_config(cfg)
     grid = make_grid(app, raw, int(cfg["num-clients"]), None)
-    phases: list[float] = []
+    workers = [slot.pid for slot in getattr(grid, "slots", [])]
+    ray_own = [pid for pid in descendants(os.getpid()) if pid not in workers]
+    phases: list[tuple[float, float, list[float], float]] = []
     send = grid.send_and_receive
 
     def timed(messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         messages = list(messages)
+        before = [cpu_seconds(pid) for pid in (os.getpid(), *workers, *ray_own)]
         start = time.perf_counter()
         replies = send(messages, timeout=timeout)
+        wall = time.perf_counter() - start
+        used = [cpu_seconds(pid) - b for pid, b in zip((os.getpid(), *workers, *ray_own), before, strict=True)]
         if messages and messages[0].metadata.message_type == MessageType.TRAIN:
-            phases.append(time.perf_counter() - start)
+            phases.append((wall, used[0], used[1 : 1 + len(workers)], sum(used[1 + len(workers) :])))
         return replies
 
     grid.send_and_receive = timed  # type: ignore[method-assign]
@@ -59,7 +90,11 @@ def timed_run(cfg: dict[str, Any]) -> tuple[float, float]:
     finally:
         grid.close()
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return statistics.mean(phases[1:]), statistics.mean(r["seconds"] for r in rows[1:])
+    later = phases[1:]
+    return Timed(
+        statistics.mean(p[0] for p in later), statistics.mean(r["seconds"] for r in rows[1:]), statistics.mean(p[1] for p in later),
+        [statistics.mean(p[2][i] for p in later) for i in range(len(workers))], statistics.mean(p[3] for p in later),
+    )  # fmt: skip
 
 
 def main() -> None:
@@ -85,17 +120,22 @@ def main() -> None:
                 times = {}
                 for workers in (1, 2):
                     start = time.perf_counter()
-                    times[workers] = timed_run({**cfg, "engine-workers": workers, "run-dir": str(Path(tmp) / f"{name[:6]}-{workers}")})
-                    phase, whole = times[workers]
-                    took = time.perf_counter() - start
-                    print(f"{name}: {workers} worker(s): train phase {phase:.3f} s, round {whole:.3f} s (run {took:.1f} s)")
+                    t = times[workers] = timed_run({**cfg, "engine-workers": workers, "run-dir": str(Path(tmp) / f"{name[:6]}-{workers}")})
+                    cpu = " + ".join(f"{c:.3f}" for c in [t.driver, *t.workers, t.ray])
+                    print(
+                        f"{name}: {workers} worker(s): train phase {t.phase:.3f} s, round {t.round:.3f} s; train-phase CPU s "
+                        f"(driver{' + workers' if t.workers else ''} + Ray's own) {cpu} (run {time.perf_counter() - start:.1f} s)"
+                    )
                 results.append((name, times))
     finally:
         ray.shutdown()
     print(f"load average after: {os.getloadavg()}")
     for name, times in results:
-        (p1, r1), (p2, r2) = times[1], times[2]
-        print(f"{name}: train phase {p1:.3f} s vs {p2:.3f} s: {p1 / p2:.2f}x; round {r1:.3f} s vs {r2:.3f} s: {r1 / r2:.2f}x")
+        one, two = times[1], times[2]
+        print(
+            f"{name}: train phase {one.phase:.3f} s vs {two.phase:.3f} s: {one.phase / two.phase:.2f}x; "
+            f"round {one.round:.3f} s vs {two.round:.3f} s: {one.round / two.round:.2f}x"
+        )
 
 
 if __name__ == "__main__":
