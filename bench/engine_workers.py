@@ -6,10 +6,11 @@
 Each run has ``--rounds`` rounds; the numbers are means over rounds 2.. (round 1 includes the
 workers' imports and data loading): the **train phase** (the round's train messages sent and every
 reply back: the part the workers parallelise) and the whole round (the row's ``seconds``: train
-phase, aggregation, the server's central evaluation, metrics row and checkpoint, which stay in
-the driver). Also the CPU seconds used during the train phase by the driver, each worker and
-Ray's own processes (GCS, raylet, ...): where the time goes. The runs share one local Ray (2 CPUs),
-started before them and not counted. Prints the machine's load average: on a shared machine the ratio is contended.
+phase, aggregation, the server's central evaluation, metrics row and checkpoint, which stay in the
+driver). Also the CPU seconds used during the train phase by the driver, each worker and Ray's own
+processes (GCS, raylet, ...): where the time goes. The runs share one local Ray (2 CPUs, its
+workers at this process's priority, as `fedapp run` starts it), started before them and not
+counted. Prints the machine's load average: on a shared machine the ratio is contended.
 Usage: python bench/engine_workers.py [--clients 20] [--epochs 1] [--rounds 6] [--only cnn|pews]
 """
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import statistics
 import sys
@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 import ray  # noqa: E402
 from flwr.app import Message, MessageType  # noqa: E402
 
+from fedapp.engine.ray_workers import start_local_ray  # noqa: E402
 from fedapp.engine.run_local import full_config, make_grid  # noqa: E402
 from fedapp.server.loop import serve  # noqa: E402
 from tests.deploy_harness import descendants  # noqa: E402
@@ -111,7 +112,7 @@ def main() -> None:
     cnn = {**common, "model": "cnn"}
     pews = {**common, "method": "fedpews", "mlp-hidden": "64,64", "warmup-fraction": 1.0, "client-batch": 8}
     print(f"load average before: {os.getloadavg()}")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    start_local_ray(2)
     try:
         results = []
         with tempfile.TemporaryDirectory() as tmp:

@@ -1,5 +1,6 @@
 """engine-workers: the whole Ray cluster ends mid-round (every Ray process the run started is killed:
-GCS, raylet, workers). The run stops at once with one line in failure.json, keeps round 1's
+GCS, raylet, workers; the workers, before, are checked to run at the driver's priority). The run
+stops at once with one line in failure.json, keeps round 1's
 checkpoint, and ``resume = true`` (a new local Ray) finishes it with the rows and model of an
 uninterrupted one-process run. Real Ray throughout; the driver runs in a subprocess because Ray
 ends a driver that cannot reach its GCS for 60 s."""
@@ -20,7 +21,7 @@ import pytest
 
 from fedapp.engine.run_local import run_local
 from fedapp.server import checkpoint
-from tests.deploy_harness import descendants
+from tests.deploy_harness import cmdline, descendants
 from tests.flwr_harness import ROOT
 from tests.run_rows import WIRE, outcome_rows
 
@@ -41,6 +42,10 @@ def model_of(run: Path) -> dict[str, np.ndarray]:
         return {k: f[k] for k in f.files}
 
 
+def niceness(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
 def kill_ray_mid_round(run: Path, marker: Path) -> tuple[int, str]:
     """Start the run, wait for round 2's held message, kill every process below the driver; the driver's exit code and output."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -54,6 +59,8 @@ def kill_ray_mid_round(run: Path, marker: Path) -> tuple[int, str]:
             time.sleep(0.2)
         ray_pids = descendants(proc.pid)  # the local Ray the driver started
         assert len(ray_pids) >= 4  # GCS, raylet, two workers at least
+        workers = [pid for pid in ray_pids if cmdline(pid).startswith("ray::EngineWorker")]
+        assert len(workers) == 2 and {niceness(pid) for pid in workers} == {niceness(proc.pid)}  # not Ray's default, 15 lower
         for pid in ray_pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

@@ -53,6 +53,7 @@ from fedapp.engine.local_grid import LocalGrid
 log = logging.getLogger("flwr")
 
 RESTART_TIMEOUT = 60.0  # seconds a replacement worker may take to start
+FLUSH_SECONDS = 1.0  # a worker sends the replies it has made at least this often (EngineWorker.run)
 GCS_GRACE = 10.0  # seconds the cluster's GCS may refuse connections before the cluster counts as gone
 WORKER_DIED = 503  # the Error code of a message whose worker died
 
@@ -61,6 +62,14 @@ Shipped = list[tuple[str, bool, Any]]  # a Context.state: (name, kept, the recor
 
 class EngineWorkersLost(RuntimeError):
     """No engine worker could be started: the Ray cluster is gone or full."""
+
+
+def start_local_ray(cpus: int) -> None:
+    """A new Ray on this machine (never another one running here) with ``cpus`` CPUs, whose workers
+    run at this process's priority: Ray's default ``worker_niceness`` (15 above the raylet's) would
+    let every other busy process on the machine, the idle driver's Ray processes included, come
+    before the engine workers, which do all the training."""
+    ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING, _system_config={"worker_niceness": 0})
 
 
 def cluster_gone(grace: float = GCS_GRACE) -> str:
@@ -133,24 +142,33 @@ class EngineWorker:
         return ray.util.get_node_ip_address(), os.getpid()
 
     def run(self, messages: list[Message], states: list[RecordDict], batch: bool) -> Iterator[Any]:
-        """Run a worker's share of a send: yield ``(position, reply, state shipped back, client seconds)``
-        per message as it finishes, then the ``client_batch`` notes. One at a time, each reply leaves as
-        soon as it is made, so a worker that dies later loses only its unfinished messages. ``batch`` (a
-        round's train messages, ``client-batch`` > 1): the batched executor runs them together first."""
+        """Run a worker's share of a send. Yields lists of ``(position, reply, state shipped back,
+        client seconds)``, then the ``client_batch`` notes. One at a time, the replies made so far leave
+        once ``FLUSH_SECONDS`` have passed since the last sent (and at the end): a worker that dies loses
+        its unfinished messages and at most that many seconds of finished ones, and a round of short
+        clients costs one Ray object per worker, not one per message. ``batch`` (a round's train
+        messages, ``client-batch`` > 1): the batched executor runs them all, then they leave together."""
         assert self.grid is not None, "setup first"
         grid = self.grid
+        done: list[tuple[int, Message, Shipped, float]] = []
         if batch:
             befores = [self._hand(grid, m, s) for m, s in zip(messages, states, strict=True)]
             start = grid.client_seconds
             replies = list(grid.send_and_receive(messages))
             seconds = grid.client_seconds - start
             for i, (msg, reply, before) in enumerate(zip(messages, replies, befores, strict=True)):
-                yield i, reply, ship_back(grid.contexts[msg.metadata.dst_node_id].state, before), seconds if i == 0 else 0.0
+                done.append((i, reply, ship_back(grid.contexts[msg.metadata.dst_node_id].state, before), seconds if i == 0 else 0.0))
         else:
+            sent = time.monotonic()
             for i, (msg, state) in enumerate(zip(messages, states, strict=True)):
                 before, start = self._hand(grid, msg, state), grid.client_seconds
                 reply = grid._deliver(msg)  # as one process delivers a message outside a batched round
-                yield i, reply, ship_back(grid.contexts[msg.metadata.dst_node_id].state, before), grid.client_seconds - start
+                done.append((i, reply, ship_back(grid.contexts[msg.metadata.dst_node_id].state, before), grid.client_seconds - start))
+                if time.monotonic() - sent >= FLUSH_SECONDS:
+                    yield done
+                    done, sent = [], time.monotonic()
+        if done:
+            yield done
         yield grid.round_notes().get("client_batch", {})
 
     @staticmethod
@@ -225,9 +243,11 @@ class RayGrid(LocalGrid):
         self.batched = str(run_config.get("client-batch", "1")) != "1"
         self.started_ray = not ray.is_initialized()
         if self.started_ray:
-            address = str(run_config.get("ray-address", "")) or "local"  # local: a new Ray, never another one on this machine
-            cpus = os.cpu_count() if address == "local" else None
-            ray.init(address=address, num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING)
+            address = str(run_config.get("ray-address", ""))
+            if address:
+                ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
+            else:
+                start_local_ray(os.cpu_count() or 1)
         try:
             resources = ray.cluster_resources()
             threads = int(run_config.get("num-threads", 1))
@@ -337,13 +357,13 @@ class RayGrid(LocalGrid):
                     if isinstance(item, dict):
                         self.notes.append(item)
                         continue
-                    pos, reply, shipped, seconds = item
-                    i, msg = share[pos], messages[share[pos]]
-                    take_back(self.contexts[msg.metadata.dst_node_id].state, shipped)
-                    replies[i] = reply
-                    self.client_seconds += seconds
-                    if msg.metadata.message_type == MessageType.TRAIN:
-                        self.trained_on[str(self.contexts[msg.metadata.dst_node_id].node_config["partition-id"])] = f"{w}@{slot.ip}"
+                    for pos, reply, shipped, seconds in item:
+                        i, msg = share[pos], messages[share[pos]]
+                        take_back(self.contexts[msg.metadata.dst_node_id].state, shipped)
+                        replies[i] = reply
+                        self.client_seconds += seconds
+                        if msg.metadata.message_type == MessageType.TRAIN:
+                            self.trained_on[str(self.contexts[msg.metadata.dst_node_id].node_config["partition-id"])] = f"{w}@{slot.ip}"
             except Exception as err:
                 slot.dead = True
                 why = f"engine worker {w} ({slot.where}) lost the message: {type(err).__name__}: {str(err).strip()[:200]}"
