@@ -17,11 +17,13 @@ disk store (``state-store = disk`` or a node's ``state-dir``) is written by the 
 own node: on one machine that is the same folder; across machines the run-dir (or state-dir)
 must be a folder every node mounts (docs/engine-workers.md).
 
-Each send gives every worker its share of the messages in one call (a streaming Ray
-generator: the driver serialises the share, and the global model it holds once, then waits
-idle), and the worker sends each reply back as soon as it has made it (with ``client-batch`` >
-1, a round's train messages once its batched executor has run them all). Per-message Ray calls
-cost more than digits clients' training (docs/results.md, "Engine workers").
+Each send gives every worker its share of the messages in one call (a streaming Ray generator:
+the driver serialises the share, and the global model it holds once, then waits idle); the
+worker sends the replies it has made back at least every ``FLUSH_SECONDS`` and at the end (with
+``client-batch`` > 1, a round's train messages once its batched executor has run them all).
+Per-message Ray calls and objects cost more than digits clients' training, and the workers run at
+the driver's priority, not Ray's default 15 nice levels below it (docs/results.md, "Engine
+workers").
 
 Faults: a worker that dies costs the messages whose replies it had not sent: each is that
 client's failure (error reply, named in the round's failed_pids), not retried, because a client
@@ -30,7 +32,8 @@ one process, ``round-timeout`` is not applied: every live worker is waited for (
 dead one at once). Before the next message the dead worker is replaced; a replacement Ray cannot
 place within ``RESTART_TIMEOUT`` is dropped and its nodes go to the other workers; with none
 left the run stops with one line (``EngineWorkersLost``) and ``resume = true`` continues from
-the last checkpoint.
+the last checkpoint. When a worker dies the driver also checks the cluster's GCS (``cluster_gone``):
+a cluster gone stops the run at once, the interrupted round unrecorded.
 """
 
 from __future__ import annotations
