@@ -3,54 +3,116 @@
 1. FedAvg, CNN on digits, 20 clients (IID), one local epoch: one process vs ``engine-workers = 2``.
 2. FedPeWS, MLP on digits, 20 clients, ``client-batch = 8``, warm-up rounds: one process (one
    batched executor) vs 2 workers (each batching its 10 clients).
-Each run has 3 rounds; the number is the mean wall time of rounds 2-3 (round 1 includes the
-workers' data loading), the row's ``seconds``: the train phase, aggregation and the server's
-central evaluation. The 2-worker runs share one local Ray (2 CPUs), started before them and not
+Each run has ``--rounds`` rounds; the numbers are means over rounds 2.. (round 1 includes the
+workers' imports and data loading): the **train phase** (the round's train messages sent and every
+reply back: the part the workers parallelise) and the whole round (the row's ``seconds``: train
+phase, aggregation, the server's central evaluation, metrics row and checkpoint, which stay in the
+driver). Also the CPU seconds used during the train phase by the driver, each worker and Ray's own
+processes (GCS, raylet, ...): where the time goes. The runs share one local Ray (2 CPUs, its
+workers at this process's priority, as `fedapp run` starts it), started before them and not
 counted. Prints the machine's load average: on a shared machine the ratio is contended.
-Usage: python bench/engine_workers.py [--clients 20] [--epochs 1] [--only cnn|pews]
+Usage: python bench/engine_workers.py [--clients 20] [--epochs 1] [--rounds 6] [--only cnn|pews]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import ray  # noqa: E402
+from flwr.app import Message, MessageType  # noqa: E402
 
-from fedapp.engine.run_local import run_local  # noqa: E402
+from fedapp.engine.ray_workers import start_local_ray  # noqa: E402
+from fedapp.engine.run_local import full_config, make_grid  # noqa: E402
+from fedapp.server.loop import serve  # noqa: E402
+from tests.deploy_harness import descendants  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
 
 
-def later_rounds(run_dir: Path) -> float:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return statistics.mean(r["seconds"] for r in rows[1:])
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (every thread), 0 where it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+@dataclass
+class Timed:
+    """Means over rounds 2.. of one run: train phase and round wall seconds, and the CPU seconds
+    spent during the train phase by the driver, each worker and Ray's own processes (GCS, raylet, ...)."""
+
+    phase: float
+    round: float
+    driver: float
+    workers: list[float]
+    ray: float
+
+
+def timed_run(cfg: dict[str, Any]) -> Timed:
+    """One run (as ``run_local`` does it), timed."""
+    from fedapp.client_app import app
+
+    raw = full_config(cfg)
+    grid = make_grid(app, raw, int(cfg["num-clients"]), None)
+    workers = [slot.pid for slot in getattr(grid, "slots", [])]
+    ray_own = [pid for pid in descendants(os.getpid()) if pid not in workers]
+    phases: list[tuple[float, float, list[float], float]] = []
+    send = grid.send_and_receive
+
+    def timed(messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        messages = list(messages)
+        before = [cpu_seconds(pid) for pid in (os.getpid(), *workers, *ray_own)]
+        start = time.perf_counter()
+        replies = send(messages, timeout=timeout)
+        wall = time.perf_counter() - start
+        used = [cpu_seconds(pid) - b for pid, b in zip((os.getpid(), *workers, *ray_own), before, strict=True)]
+        if messages and messages[0].metadata.message_type == MessageType.TRAIN:
+            phases.append((wall, used[0], used[1 : 1 + len(workers)], sum(used[1 + len(workers) :])))
+        return replies
+
+    grid.send_and_receive = timed  # type: ignore[method-assign]
+    try:
+        run = serve(grid, raw, base=Path.cwd())
+    finally:
+        grid.close()
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    later = phases[1:]
+    return Timed(
+        statistics.mean(p[0] for p in later), statistics.mean(r["seconds"] for r in rows[1:]), statistics.mean(p[1] for p in later),
+        [statistics.mean(p[2][i] for p in later) for i in range(len(workers))], statistics.mean(p[3] for p in later),
+    )  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--epochs", type=int, default=1, help="local epochs of both workloads (more: a more training-bound round)")
+    ap.add_argument("--rounds", type=int, default=6, help="rounds per run; the means are over rounds 2..")
     ap.add_argument("--only", choices=("cnn", "pews"), help="one workload")
     args = ap.parse_args()
-    cnn = {
-        "dataset": "digits", "model": "cnn", "partition": "iid", "num-clients": args.clients, "num-server-rounds": 3,
+    common = {
+        "dataset": "digits", "partition": "iid", "num-clients": args.clients, "num-server-rounds": args.rounds,
         "local-epochs": args.epochs, "lr": 0.05,
     }  # fmt: skip
-    pews = {
-        "method": "fedpews", "dataset": "digits", "partition": "iid", "num-clients": args.clients, "mlp-hidden": "64,64",
-        "num-server-rounds": 3, "warmup-fraction": 1.0, "local-epochs": args.epochs, "lr": 0.05, "client-batch": 8,
-    }  # fmt: skip
+    cnn = {**common, "model": "cnn"}
+    pews = {**common, "method": "fedpews", "mlp-hidden": "64,64", "warmup-fraction": 1.0, "client-batch": 8}
     print(f"load average before: {os.getloadavg()}")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    start_local_ray(2)
     try:
         results = []
         with tempfile.TemporaryDirectory() as tmp:
@@ -59,15 +121,22 @@ def main() -> None:
                 times = {}
                 for workers in (1, 2):
                     start = time.perf_counter()
-                    run = run_local({**cfg, "engine-workers": workers, "run-dir": str(Path(tmp) / f"{name[:6]}-{workers}")})
-                    times[workers] = later_rounds(run)
-                    print(f"{name}: {workers} worker(s): rounds 2-3 mean {times[workers]:.3f} s (run {time.perf_counter() - start:.1f} s)")
+                    t = times[workers] = timed_run({**cfg, "engine-workers": workers, "run-dir": str(Path(tmp) / f"{name[:6]}-{workers}")})
+                    cpu = " + ".join(f"{c:.3f}" for c in [t.driver, *t.workers, t.ray])
+                    print(
+                        f"{name}: {workers} worker(s): train phase {t.phase:.3f} s, round {t.round:.3f} s; train-phase CPU s "
+                        f"(driver{' + workers' if t.workers else ''} + Ray's own) {cpu} (run {time.perf_counter() - start:.1f} s)"
+                    )
                 results.append((name, times))
     finally:
         ray.shutdown()
     print(f"load average after: {os.getloadavg()}")
     for name, times in results:
-        print(f"{name}: 1 worker {times[1]:.3f} s, 2 workers {times[2]:.3f} s per round: speed-up {times[1] / times[2]:.2f}x")
+        one, two = times[1], times[2]
+        print(
+            f"{name}: train phase {one.phase:.3f} s vs {two.phase:.3f} s: {one.phase / two.phase:.2f}x; "
+            f"round {one.round:.3f} s vs {two.round:.3f} s: {one.round / two.round:.2f}x"
+        )
 
 
 if __name__ == "__main__":

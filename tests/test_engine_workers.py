@@ -93,6 +93,29 @@ def test_two_workers_give_the_rows_model_and_client_state_of_one_process(tmp_pat
         assert all(w.split("@")[0] == str(int(p) % 2) for p, w in where.items())
 
 
+BATCHED = {**FEDAVG, "num-clients": 6, "mlp-hidden": "16,12", "lr": 0.1, "client-batch": 8, "batch-fallback": "error"}
+
+
+def test_each_worker_batches_its_share_within_the_batched_tolerance_of_one_process(tmp_path: Path) -> None:
+    """client-batch 8 on 2 workers: each worker's batched executor trains its 3 clients as one chunk
+    (one process: one chunk of 6); weights and metrics agree within the batched kernel's tolerance
+    (docs/batched.md), and both agree with one-at-a-time training there too."""
+    from tests.test_batched_engine import assert_close
+
+    seq = run_local({**BATCHED, "client-batch": 1, "run-dir": str(tmp_path / "seq")})
+    one = run_local({**BATCHED, "run-dir": str(tmp_path / "one")})
+    two = run_local({**BATCHED, "run-dir": str(tmp_path / "two"), "engine-workers": 2})
+    rows_one, rows_two = outcome_rows(one), outcome_rows(two)
+    assert [r.pop("client_batch")["chunks"] for r in rows_one] == [[6], [6]]
+    assert [r.pop("client_batch")["chunks"] for r in rows_two] == [[3, 3], [3, 3]]  # worker 0's then worker 1's
+    placed = [{p: w.split("@")[0] for p, w in r.pop("engine_workers").items()} for r in rows_two]
+    assert placed == [{str(p): str(p % 2) for p in range(6)}] * 2
+    for got in (rows_two, outcome_rows(seq)):
+        assert_close(rows_one, got, "rows")
+    assert_close(model_of(one), model_of(two), "model")
+    assert_close(model_of(seq), model_of(two), "model")
+
+
 KILL_ROUND, KILLED = 2, 3
 
 

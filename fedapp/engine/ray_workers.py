@@ -17,22 +17,32 @@ disk store (``state-store = disk`` or a node's ``state-dir``) is written by the 
 own node: on one machine that is the same folder; across machines the run-dir (or state-dir)
 must be a folder every node mounts (docs/engine-workers.md).
 
-Faults: messages are one Ray task each (with ``client-batch`` > 1, a worker's share of a
-round's train messages is one task). A worker that dies costs the messages it had not
-finished: each is that client's failure (error reply, named in the round's failed_pids), not
-retried, because a client that kills its worker (out of memory, a crash in native code) would
-kill the retry too. As in one process, ``round-timeout`` is not applied: every live worker is
-waited for (Ray reports a dead one at once). Before the next message the dead worker is replaced; a replacement Ray cannot
-place within ``RESTART_TIMEOUT`` is dropped and its nodes go to the other workers; with none left
-the run stops with one line (``EngineWorkersLost``) and ``resume = true`` continues from the last
-checkpoint.
+Each send gives every worker its share of the messages in one call (a streaming Ray generator:
+the driver serialises the share, and the global model it holds once, then waits idle); the
+worker sends the replies it has made back at least every ``FLUSH_SECONDS`` and at the end (with
+``client-batch`` > 1, a round's train messages once its batched executor has run them all).
+Per-message Ray calls and objects cost more than digits clients' training, and the workers run at
+the driver's priority, not Ray's default 15 nice levels below it (docs/results.md, "Engine
+workers").
+
+Faults: a worker that dies costs the messages whose replies it had not sent: each is that
+client's failure (error reply, named in the round's failed_pids), not retried, because a client
+that kills its worker (out of memory, a crash in native code) would kill the retry too. As in
+one process, ``round-timeout`` is not applied: every live worker is waited for (Ray reports a
+dead one at once). Before the next message the dead worker is replaced; a replacement Ray cannot
+place within ``RESTART_TIMEOUT`` is dropped and its nodes go to the other workers; with none
+left the run stops with one line (``EngineWorkersLost``) and ``resume = true`` continues from
+the last checkpoint. When a worker dies the driver also checks the cluster's GCS (``cluster_gone``):
+a cluster gone stops the run at once, the interrupted round unrecorded.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+import socket
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +56,8 @@ from fedapp.engine.local_grid import LocalGrid
 log = logging.getLogger("flwr")
 
 RESTART_TIMEOUT = 60.0  # seconds a replacement worker may take to start
+FLUSH_SECONDS = 1.0  # a worker sends the replies it has made at least this often (EngineWorker.run)
+GCS_GRACE = 10.0  # seconds the cluster's GCS may refuse connections before the cluster counts as gone
 WORKER_DIED = 503  # the Error code of a message whose worker died
 
 Shipped = list[tuple[str, bool, Any]]  # a Context.state: (name, kept, the record or, where kept, the name it had)
@@ -53,6 +65,34 @@ Shipped = list[tuple[str, bool, Any]]  # a Context.state: (name, kept, the recor
 
 class EngineWorkersLost(RuntimeError):
     """No engine worker could be started: the Ray cluster is gone or full."""
+
+
+def start_local_ray(cpus: int) -> None:
+    """A new Ray on this machine (never another one running here) with ``cpus`` CPUs, whose workers
+    run at this process's priority: Ray's default ``worker_niceness`` (15 above the raylet's) would
+    let every other busy process on the machine, the idle driver's Ray processes included, come
+    before the engine workers, which do all the training."""
+    ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING, _system_config={"worker_niceness": 0})
+
+
+def cluster_gone(grace: float = GCS_GRACE) -> str:
+    """The GCS address (``host:port``) of a Ray cluster that is gone, else "": its GCS (the head)
+    refused connections for ``grace`` seconds. Checked as soon as a worker dies, because Ray ends
+    a driver that cannot reach the GCS for 60 s, before a replacement worker's start could time out
+    (a GCS restarted within ``grace``, with GCS fault tolerance, counts as alive)."""
+    address = str(getattr(ray.get_runtime_context(), "gcs_address", "") or "")
+    if ":" not in address:  # a Ray Client driver (ray://) has none: the workers' own errors decide
+        return ""
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + grace
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=2.0):
+                return ""
+        except OSError:
+            if time.monotonic() >= deadline:
+                return address
+            time.sleep(0.5)
 
 
 def ship_back(state: RecordDict, before: Mapping[str, Any]) -> Shipped:
@@ -104,17 +144,41 @@ class EngineWorker:
         """This worker's node address and process id."""
         return ray.util.get_node_ip_address(), os.getpid()
 
-    def run(self, messages: list[Message], states: list[RecordDict]) -> tuple[list[Message], list[Shipped], dict[str, Any], float]:
+    def run(self, messages: list[Message], states: list[RecordDict], batch: bool) -> Iterator[Any]:
+        """Run a worker's share of a send. Yields lists of ``(position, reply, state shipped back,
+        client seconds)``, then the ``client_batch`` notes. One at a time, the replies made so far leave
+        once ``FLUSH_SECONDS`` have passed since the last sent (and at the end): a worker that dies loses
+        its unfinished messages and at most that many seconds of finished ones, and a round of short
+        clients costs one Ray object per worker, not one per message. ``batch`` (a round's train
+        messages, ``client-batch`` > 1): the batched executor runs them all, then they leave together."""
         assert self.grid is not None, "setup first"
-        befores = []
-        for msg, state in zip(messages, states, strict=True):
-            self.grid.contexts[msg.metadata.dst_node_id].state = state
-            befores.append(dict(state.items()))
-        start = self.grid.client_seconds
-        replies = list(self.grid.send_and_receive(messages))
-        back = [ship_back(self.grid.contexts[m.metadata.dst_node_id].state, b) for m, b in zip(messages, befores, strict=True)]
-        notes = self.grid.round_notes().get("client_batch", {})
-        return replies, back, notes, self.grid.client_seconds - start
+        grid = self.grid
+        done: list[tuple[int, Message, Shipped, float]] = []
+        if batch:
+            befores = [self._hand(grid, m, s) for m, s in zip(messages, states, strict=True)]
+            start = grid.client_seconds
+            replies = list(grid.send_and_receive(messages))
+            seconds = grid.client_seconds - start
+            for i, (msg, reply, before) in enumerate(zip(messages, replies, befores, strict=True)):
+                done.append((i, reply, ship_back(grid.contexts[msg.metadata.dst_node_id].state, before), seconds if i == 0 else 0.0))
+        else:
+            sent = time.monotonic()
+            for i, (msg, state) in enumerate(zip(messages, states, strict=True)):
+                before, start = self._hand(grid, msg, state), grid.client_seconds
+                reply = grid._deliver(msg)  # as one process delivers a message outside a batched round
+                done.append((i, reply, ship_back(grid.contexts[msg.metadata.dst_node_id].state, before), grid.client_seconds - start))
+                if time.monotonic() - sent >= FLUSH_SECONDS:
+                    yield done
+                    done, sent = [], time.monotonic()
+        if done:
+            yield done
+        yield grid.round_notes().get("client_batch", {})
+
+    @staticmethod
+    def _hand(grid: LocalGrid, msg: Message, state: RecordDict) -> dict[str, Any]:
+        """Give the message's node the state the driver sent; return its records as they were."""
+        grid.contexts[msg.metadata.dst_node_id].state = state
+        return dict(state.items())
 
     def close(self) -> None:
         if self.grid is not None:
@@ -182,9 +246,11 @@ class RayGrid(LocalGrid):
         self.batched = str(run_config.get("client-batch", "1")) != "1"
         self.started_ray = not ray.is_initialized()
         if self.started_ray:
-            address = str(run_config.get("ray-address", "")) or "local"  # local: a new Ray, never another one on this machine
-            cpus = os.cpu_count() if address == "local" else None
-            ray.init(address=address, num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING)
+            address = str(run_config.get("ray-address", ""))
+            if address:
+                ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
+            else:
+                start_local_ray(os.cpu_count() or 1)
         try:
             resources = ray.cluster_resources()
             threads = int(run_config.get("num-threads", 1))
@@ -215,6 +281,7 @@ class RayGrid(LocalGrid):
         """Replace dead workers; drop those Ray cannot place; none left: EngineWorkersLost."""
         if not any(s.dead for s in self.slots):
             return
+        self.check_cluster()
         alive = []
         for i, slot in enumerate(self.slots):
             if slot.dead:
@@ -232,6 +299,17 @@ class RayGrid(LocalGrid):
         if not alive:
             raise EngineWorkersLost(
                 "engine-workers: every Ray worker died and none could be started again (is the Ray cluster gone?); "
+                "resume = true continues from the last checkpointed round"
+            )
+
+    def check_cluster(self) -> None:
+        """Raise EngineWorkersLost, every worker marked dead, where the Ray cluster is gone."""
+        gone = cluster_gone()
+        if gone:
+            for slot in self.slots:
+                slot.dead = True
+            raise EngineWorkersLost(
+                f"engine-workers: the Ray cluster is gone (its GCS at {gone} refuses connections), and every worker with it; "
                 "resume = true continues from the last checkpointed round"
             )
 
@@ -266,39 +344,37 @@ class RayGrid(LocalGrid):
             else:
                 replies[i] = self._deliver(m)  # 404, as one process answers it
         whole = self.batched and bool(messages) and all(m.metadata.message_type == MessageType.TRAIN for m in messages)
-        groups: list[list[int]] = []  # message positions per task, each task on one worker
-        if whole:
-            per_worker: dict[int, list[int]] = {}
-            for i in known:
-                m = messages[i]
-                per_worker.setdefault(self.worker_of(m), []).append(i)
-            groups = list(per_worker.values())
-        else:
-            groups = [[i] for i in known]
-        tasks = []
-        for group in groups:
-            w = self.worker_of(messages[group[0]])
-            msgs = [messages[i] for i in group]
+        shares: dict[int, list[int]] = {}  # message positions per worker: one call each
+        for i in known:
+            shares.setdefault(self.worker_of(messages[i]), []).append(i)
+        calls = []
+        for w, share in shares.items():
+            msgs = [messages[i] for i in share]
             states = [self.contexts[m.metadata.dst_node_id].state for m in msgs]
-            tasks.append((w, group, self.slots[w].actor.run.remote(msgs, states)))
-        for w, group, ref in tasks:
+            calls.append((w, share, self.slots[w].actor.run.options(num_returns="streaming").remote(msgs, states, whole)))
+        for w, share, stream in calls:
             slot = self.slots[w]
             try:
-                got, back, notes, seconds = ray.get(ref)  # no timeout, as one process waits for every client
+                for ref in stream:  # no timeout, as one process waits for every client
+                    item = ray.get(ref)
+                    if isinstance(item, dict):
+                        self.notes.append(item)
+                        continue
+                    for pos, reply, shipped, seconds in item:
+                        i, msg = share[pos], messages[share[pos]]
+                        take_back(self.contexts[msg.metadata.dst_node_id].state, shipped)
+                        replies[i] = reply
+                        self.client_seconds += seconds
+                        if msg.metadata.message_type == MessageType.TRAIN:
+                            self.trained_on[str(self.contexts[msg.metadata.dst_node_id].node_config["partition-id"])] = f"{w}@{slot.ip}"
             except Exception as err:
                 slot.dead = True
                 why = f"engine worker {w} ({slot.where}) lost the message: {type(err).__name__}: {str(err).strip()[:200]}"
-                for i in group:
-                    replies[i] = Message(Error(code=WORKER_DIED, reason=why), reply_to=messages[i])
-                continue
-            self.client_seconds += seconds
-            self.notes.append(notes)
-            for i, reply, shipped in zip(group, got, back, strict=True):
-                msg = messages[i]
-                take_back(self.contexts[msg.metadata.dst_node_id].state, shipped)
-                replies[i] = reply
-                if msg.metadata.message_type == MessageType.TRAIN:
-                    self.trained_on[str(self.contexts[msg.metadata.dst_node_id].node_config["partition-id"])] = f"{w}@{slot.ip}"
+                for i in share:
+                    if replies[i] is None:
+                        replies[i] = Message(Error(code=WORKER_DIED, reason=why), reply_to=messages[i])
+        if any(self.slots[w].dead for w in shares):
+            self.check_cluster()  # a round the cluster's end interrupted is not a round of failed clients
         return [r for r in replies if r is not None]
 
     def close(self) -> None:
