@@ -200,7 +200,7 @@ def fedavg_part(args: argparse.Namespace, tmp: Path) -> None:
         ("reply encoded (wire.encode)", "fedapp/core/wire.py", "encode"),
         ("server: aggregation (masked_mean)", "fedapp/core/aggregate.py", "masked_mean"),
         ("server: reply decoding (MaskedStrategy.decode)", "fedapp/server/strategy.py", "decode"),
-        ("server: central evaluation (central_eval)", "fedapp/server/loop.py", "central_eval"),
+        ("server: central evaluation (central_eval)", "fedapp/server/session.py", "central_eval"),
     ]
     section("cProfile, 4 rounds (profiler overhead included): cumulative time per train message, per round for server items")
     for label, where, name in items:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord
+from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedapp.core import wire
@@ -53,3 +53,22 @@ def test_the_strategy_goes_on_from_a_given_sampling_state() -> None:
     assert [sent_to(b, r) for r in (2, 3, 4)] == picks
     fresh = strategy(nodes)  # from the seed instead: other draws (the state above is not the seed's)
     assert [sent_to(fresh, r) for r in (2, 3, 4)] != picks
+
+
+def test_the_step_bound_keeps_the_scale_it_was_given_over_the_global_model_it_is_sent() -> None:
+    """A resumed run's strategy is given the initial model's scale (1 for W0 = 0); the global it
+    goes on from has grown to 1e3, whose own scale (1e3) would let a 2e4 step through (bound 1e4 x scale)."""
+    grown = {"w": np.full(3, 1e3, np.float32)}
+
+    def outcome(**kwargs: object) -> tuple[int, list[str]]:
+        s = strategy({p: 10 + p for p in range(6)}, **kwargs)
+        sent = list(s.configure_train(1, wire.to_record(grown), ConfigRecord({}), None))  # type: ignore[arg-type]
+        pid = next(p for p, n in s.sent_nodes.items() if n == sent[0].metadata.dst_node_id)
+        metrics = MetricRecord({"partition-id": pid, "num-examples": s.sizes[pid].train})
+        values = wire.to_record({"w": grown["w"] + np.float32(2e4)})
+        result = s.aggregate_train(1, [Message(RecordDict({"values": values, "metrics": metrics}), reply_to=sent[0])])
+        return result.stats.clients, result.stats.reasons
+
+    clients, reasons = outcome(scale={"w": 1.0})
+    assert clients == 0 and "more than 10000 x the tensor's scale 1" in reasons[0]
+    assert outcome()[0] == 1  # without it: the scale of the global it was sent

@@ -12,7 +12,7 @@ model and its row says ``aggregate_rejected``.
 
 ``aggregate_train`` and ``aggregate_evaluate`` return everything they aggregated (a
 ``RoundResult``, an ``EvalResult``; each unpacks like Flower's own return pair), so the round
-loop (loop.py) reads results, never the strategy's attributes.
+loop (session.py) reads results, never the strategy's attributes.
 """
 
 from __future__ import annotations
@@ -113,12 +113,13 @@ def record_bytes(content: RecordDict, only: Iterable[str] | None = None, skip: I
 class MaskedStrategy(Strategy):
     def __init__(
         self, cfg: RunConfig, policy: ServerPolicy, nodes: dict[int, int],
-        refresh: Callable[[], dict[int, int]] | None = None, sampling: Any = None,
+        refresh: Callable[[], dict[int, int]] | None = None, sampling: Any = None, scale: dict[str, float] | None = None,
     ):  # fmt: skip
         """``nodes`` maps partition id -> Flower node id (from discovery); ``refresh`` gives the
         nodes anew before every round but the first this strategy configures (the roster's, which
         follows nodes going offline and joining); ``sampling``: the client-sampling random state
-        to go on from (a checkpoint's, on resume)."""
+        to go on from (a checkpoint's, on resume); ``scale``: the step bound's unit per float tensor
+        (``reply_checks.scales`` of the initial model; default: of the first round's global model)."""
         self.cfg, self.policy, self.nodes, self.refresh = cfg, policy, dict(nodes), refresh
         self.rng = random.Random(cfg.seed)
         if sampling is not None:
@@ -130,7 +131,7 @@ class MaskedStrategy(Strategy):
         self.sent_nodes: dict[int, int] = {}  # partition id -> node its train task went to this round
         self.tasks: dict[int, NodeTask] = {}  # partition id -> its train task this round (what its reply may cover)
         self.eval_nodes: dict[int, int] = {}  # partition id -> node its evaluate task went to this round
-        self.scale: dict[str, float] = {}  # per float tensor: the unit of the step bound (reply_checks.scales)
+        self.scale: dict[str, float] = dict(scale or {})  # per float tensor: the unit of the step bound (reply_checks.scales)
         self.limits: tuple[dict[str, int], dict[str, int]] = ({}, {})  # most data bytes per values / mask array
         self.sizes = split_sizes(cfg)  # per partition: local train and test samples (deterministic split)
         self.downlink = Downlink(cfg.downlink)  # what each node holds (downlink = selected)
@@ -144,7 +145,7 @@ class MaskedStrategy(Strategy):
     # -- training -------------------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         self.global_np = wire.from_record(arrays)
-        if not self.scale:  # the initial model's (server.rounds sets it, also on resume): never raised by an aggregate
+        if not self.scale:  # the initial model's (the run session passes it, also on resume): never raised by an aggregate
             self.scale = checks.scales(self.global_np)
         self.limits = wire.byte_limits(self.global_np)
         if self.configured and self.refresh is not None:
