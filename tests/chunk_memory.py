@@ -96,6 +96,7 @@ def measure(raw: Mapping[str, Any], k: int, device: str = "cpu") -> int:
 def estimate(raw: Mapping[str, Any], k: int, device: str = "cpu") -> int:
     """``chunk_bytes`` for k clients with the sizes of partition 0 (the chunk ``lanes`` builds has
     the sizes of partitions 0..k-1; the estimate takes one client's, as ``auto`` takes twice a mean one's)."""
-    cfg = resolve_once(raw)[0]
+    cfg, method, params = resolve_once(raw)
     data = client_data(cfg, 0)
-    return chunk_bytes(cfg, k, int(data.x_train.shape[0]), int(data.x_test.shape[0]), cuda=torch.device(device).type == "cuda")
+    memory = method.client(cfg, params).chunk_memory()
+    return chunk_bytes(cfg, k, int(data.x_train.shape[0]), int(data.x_test.shape[0]), memory, cuda=torch.device(device).type == "cuda")

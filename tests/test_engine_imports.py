@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENGINE = ROOT / "fedapp" / "engine"
 ENTRY = {"run_local.py"}  # the run's entry, not the engine: see the module docstring
 FORBIDDEN = "fedapp.methods"
+NOT_A_METHOD = {("ray_workers.py", "local")}  # Ray's address "local" (a new Ray), not the method
 
 
 def imported(text: str, package: str) -> set[str]:
@@ -50,6 +51,21 @@ def test_no_engine_module_imports_a_method_module() -> None:
     assert {p.name for p in files} >= {"batched_executor.py", "local_grid.py", "client_batch_size.py"}
     found = {p.name: offending(imported(p.read_text(), "fedapp.engine")) for p in files}
     assert {name: mods for name, mods in found.items() if mods} == {}
+
+
+def named_methods(text: str) -> set[str]:
+    """The registered method names that ``text`` holds as a string constant (``cfg.method == "fedpews"``)."""
+    from fedapp.methods.registry import MODULES
+
+    return {n.value for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Constant) and n.value in MODULES}
+
+
+def test_no_engine_module_names_a_method() -> None:
+    """What a method adds to a chunk reaches ``client-batch = auto`` from the method (``ClientPolicy.chunk_memory``)."""
+    found = {p.name: {n for n in named_methods(p.read_text()) if (p.name, n) not in NOT_A_METHOD} for p in engine_modules()}
+    assert {name: names for name, names in found.items() if names} == {}
+    sizing = (ENGINE / "client_batch_size.py").read_text()
+    assert named_methods(sizing + '\nWARMUP = cfg.method == "fedpews"\n') == {"fedpews"}  # the scan's own check
 
 
 def test_the_scan_finds_late_and_relative_imports() -> None:

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from fedapp.batched.fit import local_fit
+from fedapp.batched.memory import ClientMemory
 from fedapp.core.aggregate import Contribution
 from fedapp.core.config import RunConfig
 from fedapp.core.state import StateStore
@@ -198,6 +199,10 @@ class ClientPolicy:
 
     def __init__(self, cfg: RunConfig, params: Any):
         self.cfg, self.params = cfg, params
+
+    def chunk_memory(self) -> ClientMemory:
+        """What this client holds in a batched chunk beyond FedAvg's (``client-batch = auto`` sizes by it)."""
+        return ClientMemory(anchor=self.cfg.uses_prox)
 
     def extra_loss(self, model: nn.Module, masks: dict[str, torch.Tensor] | None = None) -> ExtraLoss | None:
         if not self.cfg.uses_prox:

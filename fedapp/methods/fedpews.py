@@ -19,6 +19,7 @@ entries under momentum) and proximal_term.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Mapping
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedapp.batched.memory import ClientMemory
 from fedapp.core.config import MAX_LR, RunConfig, key, number_in, one_of, unit_interval
 from fedapp.core.masks import NeuronLayout, model_param_masks, neuron_layout
 from fedapp.core.state_rounds import Schema
@@ -196,6 +198,9 @@ class PeWSServer(ServerPolicy):
 class PeWSClient(ClientPolicy):
     """Warmup rounds: alternate score and weight steps, upload the sub-model and mask bits.
     Full rounds: the base method (ClientPolicy is FedAvg, or FedProx when ``base=fedprox``)."""
+
+    def chunk_memory(self) -> ClientMemory:
+        return dataclasses.replace(super().chunk_memory(), warmup=True)  # sized for its warm-up chunks, the larger
 
     def train(self, job: ClientJob) -> ClientResult:
         if job.config.get("phase") != "warmup":
