@@ -19,6 +19,7 @@ from fedapp.engine.run_local import full_config
 from fedapp.methods.base import settings_of
 from fedapp.methods.pews_kernel import WarmupCall
 from fedapp.methods.pews_train import WarmupLoop
+from fedapp.methods.proximal import proximal_mu
 from fedapp.models import build_model
 
 BASE = {"dataset": "digits", "num-clients": 8, "energy-meter": "none", "device": "cpu", "local-epochs": 1}
@@ -52,7 +53,7 @@ def lanes(raw: Mapping[str, Any], k: int, device: torch.device) -> tuple[list[Fi
         gen = torch.Generator().manual_seed(pid)
         if cfg.method == "fedpews":
             layout = neuron_layout(model)
-            mu = cfg.proximal_mu if cfg.uses_prox else 0.0
+            mu = proximal_mu(cfg)
             loop = WarmupLoop(model, layout, settings, params.mask_impl, mu, params.mask_extent, params.ste)
             scores = torch.full((layout.total,), float(params.mask_init), device=device)
             ref = torch.full((layout.total,), 0.5, device=device) if params.diversity_weight > 0 else None

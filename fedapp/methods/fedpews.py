@@ -49,6 +49,7 @@ from fedapp.methods.base import (
 )
 from fedapp.methods.metric_names import WARMUP
 from fedapp.methods.pews_train import WarmupLoop, masks_to_records, records_to_masks
+from fedapp.methods.proximal import proximal_mu
 from fedapp.server.reply_checks import ReplyError
 
 log = logging.getLogger("flwr")
@@ -209,7 +210,7 @@ class PeWSClient(ClientPolicy):
         layout = neuron_layout(job.model)
         scores = self.load_scores(job, layout)
         ref = self.reference(job, layout)
-        mu = self.cfg.proximal_mu if self.cfg.uses_prox else 0.0
+        mu = proximal_mu(self.cfg)
         loop = WarmupLoop(job.model, layout, settings_of(self.cfg), p.mask_impl, mu, p.mask_extent, p.ste)
         x, y = job.tensors()
         pews = {"ref": ref, "weight": p.diversity_weight, "lr": p.mask_lr, "shared": p.mask_draw == "shared"}
