@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 import ray  # noqa: E402
 
-from fedapp.engine.run_local import run_local  # noqa: E402
+from fedapp.sim.run_local import run_local  # noqa: E402
 
 
 def later_rounds(run_dir: Path) -> float:

@@ -51,10 +51,10 @@ from fedapp.core.config import ConfigError  # noqa: E402
 from fedapp.core.runtime import configure_threads  # noqa: E402
 from fedapp.data import client_data, dataset_for  # noqa: E402
 from fedapp.engine.local_grid import LocalGrid  # noqa: E402
-from fedapp.engine.run_local import full_config  # noqa: E402
 from fedapp.methods.registry import resolve  # noqa: E402
 from fedapp.models import build_model  # noqa: E402
 from fedapp.server.loop import serve  # noqa: E402
+from fedapp.sim.run_local import full_config  # noqa: E402
 from tests.flwr_harness import flwr_run, stop_all  # noqa: E402
 
 

@@ -15,12 +15,12 @@ from fedapp.core.masks import neuron_layout
 from fedapp.data import client_data, dataset_for
 from fedapp.engine.batched_executor import kernel
 from fedapp.engine.client_batch_size import chunk_bytes
-from fedapp.engine.run_local import full_config
 from fedapp.methods.base import settings_of
 from fedapp.methods.pews_kernel import WarmupCall
 from fedapp.methods.pews_train import WarmupLoop
 from fedapp.methods.proximal import proximal_mu
 from fedapp.models import build_model
+from fedapp.sim.run_local import full_config
 
 BASE = {"dataset": "digits", "num-clients": 8, "energy-meter": "none", "device": "cpu", "local-epochs": 1}
 CASES: dict[str, dict[str, Any]] = {

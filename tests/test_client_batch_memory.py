@@ -12,9 +12,9 @@ from fedapp.batched.memory import ClientMemory
 from fedapp.core.config import ConfigError
 from fedapp.engine.batched_executor import BatchedExecutor
 from fedapp.engine.client_batch_size import AUTO_MAX, AutoSize, auto_client_batch, client_bytes
-from fedapp.engine.run_local import full_config
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
+from fedapp.sim.run_local import full_config
 from tests.chunk_memory import BASE, CASES, config, estimate, measure
 
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from fedapp.core.config import load_toml_config
-from fedapp.engine.run_local import full_config
 from fedapp.methods.fedpews import warmup_rounds
 from fedapp.methods.proximal import proximal_mu, uses_prox
 from fedapp.methods.registry import resolve
+from fedapp.sim.run_local import full_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from fedapp.core.train import ProximalTerm
-from fedapp.engine.run_local import full_config
 from fedapp.methods.proximal import adds_prox, proximal_mu
 from fedapp.methods.registry import resolve
 from fedapp.report.provenance import shown
+from fedapp.sim.run_local import full_config
 
 CORE = Path(__file__).resolve().parents[1] / "fedapp" / "core"
 

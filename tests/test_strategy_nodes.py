@@ -9,10 +9,10 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedapp.core import wire
-from fedapp.engine.run_local import full_config
 from fedapp.methods.base import ServerPolicy
 from fedapp.methods.registry import resolve
 from fedapp.server.strategy import MaskedStrategy
+from fedapp.sim.run_local import full_config
 
 W0 = {"w": np.zeros(3, np.float32)}
 
