@@ -216,13 +216,13 @@ class RunSession:
         start, t_start = time.perf_counter(), time.time()
         train_msgs = strategy.configure_train(rnd, self.record, self.run_config, grid)
         result = strategy.aggregate_train(rnd, stop_on_config_errors(strategy.exchange(grid, list(train_msgs), rnd)))
-        if result.arrays is not None:
+        if result.arrays is not None:  # else the model stays: record and arrays as they were
             self.record = result.arrays
+            self.arrays = result.values if result.values is not None else wire.from_record(result.arrays)
         evaluated = EvalResult()
         eval_msgs = list(strategy.configure_evaluate(rnd, self.record, self.run_config, grid))
         if eval_msgs:
             evaluated = strategy.aggregate_evaluate(rnd, stop_on_config_errors(grid.send_and_receive(eval_msgs, timeout=cfg.round_timeout)))
-        self.arrays = wire.from_record(self.record)
         x_test, y_test = torch.from_numpy(self.ds.x_test), torch.from_numpy(self.ds.y_test)
         norm = self.ds.norm.tensor if self.ds.norm else None
         acc, loss = central_eval(self.model, self.policy.eval_arrays(self.arrays), x_test, y_test, norm)

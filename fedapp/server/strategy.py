@@ -80,13 +80,15 @@ class RoundStats:
 class RoundResult:
     """What ``aggregate_train`` aggregated: the new global arrays (None: the model stays), Flower's
     train MetricRecord, the round's stats (failures, coverage, bytes, per-client reply metrics),
-    whether a non-finite aggregate was rejected, and the method's own metrics (its namespace)."""
+    whether a non-finite aggregate was rejected, the method's own metrics (its namespace), and the
+    new global arrays as numpy (``values``, what ``arrays`` records: the round loop needs no decode)."""
 
     arrays: ArrayRecord | None
     metrics: MetricRecord
     stats: RoundStats
     rejected: bool = False
     method_metrics: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, np.ndarray] | None = None
 
     def __iter__(self) -> Iterator[Any]:
         """Unpacks as Flower's ``(arrays, metrics)`` pair (Strategy.start reads it that way)."""
@@ -302,7 +304,7 @@ class MaskedStrategy(Strategy):
         except Exception as err:  # the replies passed every check: keep the round, say what the method could not use
             stats.reasons.append(f"round {server_round}: method bookkeeping failed ({describe(err)})")
             log.warning("%s", stats.reasons[-1])
-        return RoundResult(wire.to_record(agg.arrays), counted, stats, method_metrics=method_metrics)
+        return RoundResult(wire.to_record(agg.arrays), counted, stats, method_metrics=method_metrics, values=agg.arrays)
 
     def _fail(self, reason: str) -> None:
         self.stats.failures += 1
