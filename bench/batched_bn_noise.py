@@ -22,7 +22,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fedapp.engine.run_local import run_local  # noqa: E402
+from fedapp.sim.run_local import run_local  # noqa: E402
 
 BASE = {"dataset": "digits", "num-server-rounds": 2, "lr": 0.1, "energy-meter": "none", "device": "cpu", "batch-fallback": "error"}
 BN = {"model": "cnn-bn", "partition": "iid", "num-clients": 4}

@@ -61,10 +61,10 @@ from fedapp.core.runtime import configure_threads
 from fedapp.core.train import Augment, TrainSettings, local_train
 from fedapp.data.augment import make_augment
 from fedapp.engine.local_grid import LocalGrid
-from fedapp.engine.run_local import full_config
 from fedapp.models.cnn import cnn
 from fedapp.models.mlp import mlp
 from fedapp.server.loop import serve
+from fedapp.sim.run_local import full_config
 
 MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], int]] = {
     "cnn 3x32x32": (lambda: cnn((3, 32, 32), 10), (3, 32, 32), 10),

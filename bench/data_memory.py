@@ -74,8 +74,8 @@ def measure(root: str) -> list[dict[str, object]]:
     from fedapp.core.config import RunConfig
     from fedapp.core.evaluate import evaluate
     from fedapp.data import client_data, client_indices, dataset_for, load_dataset
-    from fedapp.engine.run_local import run_local
     from fedapp.models import build_model
+    from fedapp.sim.run_local import run_local
 
     stage("imports (baseline)", t)
     overrides = {"dataset": "cifar10", "data-root": root, "partition": "dirichlet", "dirichlet-alpha": 0.5, "num-clients": 100}

@@ -35,8 +35,8 @@ import ray  # noqa: E402
 from flwr.app import Message, MessageType  # noqa: E402
 
 from fedapp.engine.ray_workers import start_local_ray  # noqa: E402
-from fedapp.engine.run_local import full_config, make_grid  # noqa: E402
 from fedapp.server.loop import serve  # noqa: E402
+from fedapp.sim.run_local import full_config, make_grid  # noqa: E402
 from tests.deploy_harness import descendants  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")

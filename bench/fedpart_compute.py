@@ -20,12 +20,12 @@ import torch
 from fedapp.core.masks import layer_groups
 from fedapp.core.runtime import configure_threads
 from fedapp.core.train import TrainSettings, local_train
-from fedapp.engine.run_local import full_config
 from fedapp.methods.accounting import group_macs, group_sizes, round_macs
 from fedapp.methods.fedpart import train_only
 from fedapp.methods.layer_schedule import FULL, schedule
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
+from fedapp.sim.run_local import full_config
 
 SHAPES = {"cnn-bn": ((1, 8, 8), 10), "resnet8": ((3, 32, 32), 10), "resnet18": ((3, 32, 32), 10)}
 

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fedapp.engine.run_local import run_local  # noqa: E402
+from fedapp.sim.run_local import run_local  # noqa: E402
 from tests.flwr_harness import flwr_run, stop_all  # noqa: E402
 
 

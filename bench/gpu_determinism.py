@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fedapp.core.config import load_toml_config  # noqa: E402
-from fedapp.engine.run_local import run_local  # noqa: E402
+from fedapp.sim.run_local import run_local  # noqa: E402
 
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "fedavg mlp": ("fedavg-digits-n2", {}),

@@ -34,9 +34,9 @@ from fedapp.core.config import RunConfig  # noqa: E402
 from fedapp.core.device import describe, pick  # noqa: E402
 from fedapp.core.runtime import configure_threads  # noqa: E402
 from fedapp.data import client_data, dataset_for  # noqa: E402
-from fedapp.engine.run_local import full_config, run_local  # noqa: E402
 from fedapp.methods.registry import resolve  # noqa: E402
 from fedapp.models import build_model  # noqa: E402
+from fedapp.sim.run_local import full_config, run_local  # noqa: E402
 from tests.data_files import write_cifar10  # noqa: E402
 
 

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fedapp.core.config import load_toml_config  # noqa: E402
-from fedapp.engine.run_local import run_local  # noqa: E402
+from fedapp.sim.run_local import run_local  # noqa: E402
 
 TOLERANCE = 0.02  # absolute accuracy, final round
 FEDPART_SHORT = {"warmup-rounds": 2, "rounds-per-layer": 1, "cycles": 1, "full-rounds-between-cycles": 0, "num-server-rounds": 8}

@@ -51,10 +51,10 @@ from fedapp.core.config import ConfigError  # noqa: E402
 from fedapp.core.runtime import configure_threads  # noqa: E402
 from fedapp.data import client_data, dataset_for  # noqa: E402
 from fedapp.engine.local_grid import LocalGrid  # noqa: E402
-from fedapp.engine.run_local import full_config  # noqa: E402
 from fedapp.methods.registry import resolve  # noqa: E402
 from fedapp.models import build_model  # noqa: E402
 from fedapp.server.loop import serve  # noqa: E402
+from fedapp.sim.run_local import full_config  # noqa: E402
 from tests.flwr_harness import flwr_run, stop_all  # noqa: E402
 
 
@@ -200,7 +200,7 @@ def fedavg_part(args: argparse.Namespace, tmp: Path) -> None:
         ("reply encoded (wire.encode)", "fedapp/core/wire.py", "encode"),
         ("server: aggregation (masked_mean)", "fedapp/core/aggregate.py", "masked_mean"),
         ("server: reply decoding (MaskedStrategy.decode)", "fedapp/server/strategy.py", "decode"),
-        ("server: central evaluation (central_eval)", "fedapp/server/loop.py", "central_eval"),
+        ("server: central evaluation (central_eval)", "fedapp/server/session.py", "central_eval"),
     ]
     section("cProfile, 4 rounds (profiler overhead included): cumulative time per train message, per round for server items")
     for label, where, name in items:

@@ -19,9 +19,9 @@ from typing import Any
 from fedapp.client_app import app
 from fedapp.core.config import ConfigError
 from fedapp.engine.local_grid import LocalGrid
-from fedapp.engine.run_local import full_config
 from fedapp.methods.registry import MODULES
 from fedapp.server.loop import serve
+from fedapp.sim.run_local import full_config
 
 BASE = {"dataset": "digits", "model": "mlp", "partition": "iid", "num-clients": 4, "local-epochs": 1, "lr": 0.1}
 EXTRA: dict[str, dict[str, Any]] = {

@@ -16,9 +16,9 @@ from fedapp.fleet.cli import add_fleet
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from fedapp.engine.run_local import run_local
     from fedapp.server.progress import interactive
     from fedapp.server.run_log import plain_console
+    from fedapp.sim.run_local import run_local
 
     if not interactive():
         plain_console()  # Flower's colour codes are noise in a pipe or a log file

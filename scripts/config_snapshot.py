@@ -59,7 +59,7 @@ def configs(only: list[str]) -> list[Path]:
 
 def run_all(out: Path, only: list[str], settings: dict[str, object] | None = None) -> int:
     from fedapp.core.config import load_toml_config
-    from fedapp.engine.run_local import run_local
+    from fedapp.sim.run_local import run_local
 
     out.mkdir(parents=True, exist_ok=True)
     status_file = out / "status.json"

@@ -95,7 +95,7 @@ def run_one(job: tuple[str, str, dict[str, Any]]) -> str:
     """One run in this worker process; returns a log line."""
     run_dir, stem, overrides = job
     from fedapp.core.config import load_toml_config
-    from fedapp.engine.run_local import run_local
+    from fedapp.sim.run_local import run_local
 
     base = load_toml_config(ROOT / "configs" / f"{stem}.toml")
     shutil.rmtree(run_dir, ignore_errors=True)

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from fedapp.core.config import load_toml_config
-from fedapp.engine.run_local import run_local
 from fedapp.server.progress import grid_bar, quiet_rounds
+from fedapp.sim.run_local import run_local
 
 ALPHAS = (0.1, 0.5, 1.0)
 SEEDS = (0, 1, 2)

@@ -15,11 +15,12 @@ from fedapp.core.masks import neuron_layout
 from fedapp.data import client_data, dataset_for
 from fedapp.engine.batched_executor import kernel
 from fedapp.engine.client_batch_size import chunk_bytes
-from fedapp.engine.run_local import full_config
 from fedapp.methods.base import settings_of
 from fedapp.methods.pews_kernel import WarmupCall
 from fedapp.methods.pews_train import WarmupLoop
+from fedapp.methods.proximal import proximal_mu
 from fedapp.models import build_model
+from fedapp.sim.run_local import full_config
 
 BASE = {"dataset": "digits", "num-clients": 8, "energy-meter": "none", "device": "cpu", "local-epochs": 1}
 CASES: dict[str, dict[str, Any]] = {
@@ -52,7 +53,7 @@ def lanes(raw: Mapping[str, Any], k: int, device: torch.device) -> tuple[list[Fi
         gen = torch.Generator().manual_seed(pid)
         if cfg.method == "fedpews":
             layout = neuron_layout(model)
-            mu = cfg.proximal_mu if cfg.uses_prox else 0.0
+            mu = proximal_mu(cfg)
             loop = WarmupLoop(model, layout, settings, params.mask_impl, mu, params.mask_extent, params.ste)
             scores = torch.full((layout.total,), float(params.mask_init), device=device)
             ref = torch.full((layout.total,), 0.5, device=device) if params.diversity_weight > 0 else None
@@ -96,6 +97,7 @@ def measure(raw: Mapping[str, Any], k: int, device: str = "cpu") -> int:
 def estimate(raw: Mapping[str, Any], k: int, device: str = "cpu") -> int:
     """``chunk_bytes`` for k clients with the sizes of partition 0 (the chunk ``lanes`` builds has
     the sizes of partitions 0..k-1; the estimate takes one client's, as ``auto`` takes twice a mean one's)."""
-    cfg = resolve_once(raw)[0]
+    cfg, method, params = resolve_once(raw)
     data = client_data(cfg, 0)
-    return chunk_bytes(cfg, k, int(data.x_train.shape[0]), int(data.x_test.shape[0]), cuda=torch.device(device).type == "cuda")
+    memory = method.client(cfg, params).chunk_memory()
+    return chunk_bytes(cfg, k, int(data.x_train.shape[0]), int(data.x_test.shape[0]), memory, cuda=torch.device(device).type == "cuda")

@@ -17,7 +17,7 @@ import sys
 from flwr.app import Context, Message, MessageType
 
 import fedapp.client_app
-from fedapp.engine.run_local import run_local
+from fedapp.sim.run_local import run_local
 
 
 def main() -> None:

@@ -31,9 +31,9 @@ from fedapp.core import wire
 from fedapp.core.device import host_arrays
 from fedapp.data import dataset_for
 from fedapp.engine.local_grid import LocalGrid
-from fedapp.engine.run_local import full_config
 from fedapp.server.loop import serve
 from fedapp.server.reply_checks import MAX_STEP
+from fedapp.sim.run_local import full_config
 
 Attack = Callable[[np.ndarray, np.ndarray, float], np.ndarray]  # (sent values, global values there, tensor scale) -> values
 

@@ -22,7 +22,7 @@ from flwr.clientapp import ClientApp
 import fedapp.client_app
 from fedapp.client.handlers import handle_evaluate, handle_train
 from fedapp.client.node_query import handle_query
-from fedapp.engine.run_local import run_local
+from fedapp.sim.run_local import run_local
 
 WAIT = 60.0
 

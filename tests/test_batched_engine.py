@@ -39,11 +39,11 @@ from fedapp.core.wire import from_record
 from fedapp.engine.batched_executor import BatchFallbackError, train_parked
 from fedapp.engine.client_batch_size import auto_client_batch, client_bytes
 from fedapp.engine.local_grid import LocalGrid
-from fedapp.engine.run_local import full_config
 from fedapp.methods import dropout
 from fedapp.methods.pews_kernel import WarmupCall
 from fedapp.methods.registry import MODULES, resolve
 from fedapp.server.loop import serve
+from fedapp.sim.run_local import full_config
 from tests.run_rows import outcome_rows
 
 RTOL, ATOL = 1e-5, 1e-6

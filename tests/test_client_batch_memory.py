@@ -8,11 +8,14 @@ import pytest
 import torch
 from torch import nn
 
+from fedapp.batched.memory import ClientMemory
 from fedapp.core.config import ConfigError
 from fedapp.engine.batched_executor import BatchedExecutor
 from fedapp.engine.client_batch_size import AUTO_MAX, AutoSize, auto_client_batch, client_bytes
-from fedapp.engine.run_local import full_config
-from tests.chunk_memory import config, estimate, measure
+from fedapp.methods.registry import resolve
+from fedapp.models import build_model
+from fedapp.sim.run_local import full_config
+from tests.chunk_memory import BASE, CASES, config, estimate, measure
 
 
 @pytest.mark.parametrize(("case", "k"), [("cnn", 2), ("cnn", 4), ("mlp-fedprox-adam", 8), ("fedselect-mlp", 4), ("fedpews-mlp-warmup", 4)])
@@ -88,3 +91,33 @@ def test_free_memory_is_read_again_every_round(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda _device=None: 4_000_000)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda _device=None: 1_000_000)
     assert executor.size() == 30
+
+
+@pytest.mark.parametrize(
+    ("overrides", "memory"),
+    [
+        ({"method": "fedavg"}, ClientMemory()),
+        ({"method": "fedprox"}, ClientMemory(anchor=True)),
+        ({"method": "fedselect"}, ClientMemory(mask_sets=2)),
+        ({"method": "fedspu"}, ClientMemory(mask_sets=1)),
+        ({"method": "fedpews"}, ClientMemory(warmup=True)),
+        ({"method": "fedpews", "base": "fedprox"}, ClientMemory(anchor=True, warmup=True)),
+        ({"method": "fedpews-fixed", "base": "fedprox"}, ClientMemory(anchor=True)),
+        ({"method": "fjord"}, ClientMemory()),
+    ],
+)
+def test_each_method_declares_what_its_client_holds_in_a_chunk(overrides: dict[str, str], memory: ClientMemory) -> None:
+    """What the lanes of tests/chunk_memory.py hold: FedProx's anchor (also as FedPeWS's base), FedSelect's
+    personal and shared gradient masks, FedSPU's active-neuron masks, a FedPeWS warm-up's passes."""
+    cfg, method, params = resolve(full_config({**BASE, **overrides}))
+    assert method.client(cfg, params).chunk_memory() == memory
+
+
+def test_a_methods_mask_sets_reach_the_estimate() -> None:
+    """FedSelect against FedPer (same personal split, model and steps): each of k clients adds two
+    bool masks per weight in its lane (2 B) and the kernel's stacked bool mask and float copy (5 B)."""
+    k = 3
+    model = build_model(resolve(config("fedselect-mlp"))[0], (64,), 10)
+    elements = sum(p.numel() for p in model.parameters())
+    fedper = full_config({**BASE, **CASES["fedselect-mlp"], "method": "fedper"})
+    assert estimate(config("fedselect-mlp"), k) - estimate(fedper, k) == k * elements * (2 + 5)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from fedapp.core.config import ConfigError, defaults_of, parse_overrides
-from fedapp.engine.run_local import full_config
 from fedapp.methods.registry import all_param_classes, resolve
+from fedapp.sim.run_local import full_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,10 +17,10 @@ import torch
 from fedapp.cli import main
 from fedapp.core.config import ConfigError, fields_of, parse_overrides
 from fedapp.engine.local_grid import LocalGrid
-from fedapp.engine.run_local import full_config
 from fedapp.methods.registry import all_param_classes, resolve
 from fedapp.server.loop import serve
 from fedapp.server.run_checks import check_sgd_decay
+from fedapp.sim.run_local import full_config
 
 # key -> (low, high, low included, high included, whole numbers only), as docs/faults.md states them
 DAY = 86400

@@ -26,7 +26,6 @@ from fedapp.core.config import (
     parse_overrides,
     rule,
     shown,
-    uses_prox,
 )
 
 
@@ -117,7 +116,6 @@ def test_parse_reads_given_keys_keeps_defaults_and_refuses_non_finite_numbers() 
     with pytest.raises(ConfigError) as err:
         parse(RunConfig, {"lr": "inf"})
     assert str(err.value) == "run-config key 'lr' = inf is not allowed: expected a finite number"
-    assert uses_prox("fedprox", "fedavg") and uses_prox("fedpews", "fedprox") and not uses_prox("fedavg", "fedavg")
 
 
 def test_overrides_and_toml_files_read_as_flwr_run_reads_them(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fedapp.core.runtime import CUBLAS_WORKSPACE, configure_determinism
-from fedapp.engine.run_local import run_local
+from fedapp.sim.run_local import run_local
 from tests.run_rows import WIRE, outcome_rows
 
 RUN = {"dataset": "digits", "num-clients": 3, "partition": "iid", "num-server-rounds": 2, "local-steps": 3, "mlp-hidden": "16"}

@@ -22,8 +22,8 @@ from fedapp.client import cache
 from fedapp.core.config import ConfigError, RunConfig, parse
 from fedapp.core.device import node_device, pick
 from fedapp.data import on_device
-from fedapp.engine.run_local import run_local
 from fedapp.methods.registry import MODULES, get_method
+from fedapp.sim.run_local import run_local
 from tests.data_files import write_cifar10
 
 SHARD = {"dataset": "digits", "partition": "shard", "classes-per-client": 2, "samples-per-client": 20, "num-clients": 5}

@@ -24,10 +24,10 @@ from fedapp.core.state import ContextStore
 from fedapp.data import dataset_for
 from fedapp.downlink.cache import ROUND, SLOT
 from fedapp.engine.local_grid import LocalGrid
-from fedapp.engine.run_local import full_config
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 from fedapp.server.loop import serve
+from fedapp.sim.run_local import full_config
 from tests.run_rows import outcome_rows
 
 TINY = {

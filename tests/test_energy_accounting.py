@@ -16,8 +16,8 @@ from fedapp.core.config import ConfigError
 from fedapp.energy.auto import close_samplers
 from fedapp.energy.external import join
 from fedapp.energy.ledger import Ledger
-from fedapp.engine.run_local import run_local
 from fedapp.report.compare import load_runs, savings, table
+from fedapp.sim.run_local import run_local
 from tests.energy_fixtures import orin_hwmon
 
 BASE = {"num-clients": 3, "num-server-rounds": 2, "partition": "iid", "energy-interval": 0.02}
@@ -160,8 +160,8 @@ def test_meter_mark_survives_context_state_round_trip() -> None:
 @pytest.mark.parametrize("name", ["fedspu-es", "fedspu-noes"])
 def test_fedspu_energy_run_configs(name: str) -> None:
     from fedapp.core.config import RunConfig, load_toml_config, parse
-    from fedapp.engine.run_local import full_config
     from fedapp.methods.registry import MODULES, resolve
+    from fedapp.sim.run_local import full_config
 
     raw = load_toml_config(Path(__file__).resolve().parents[1] / "configs" / "energy" / f"{name}.toml")
     cfg = parse(RunConfig, raw)  # every base key is valid

@@ -13,8 +13,8 @@ import pytest
 
 from fedapp.core.config import ConfigError
 from fedapp.energy.auto import MeterSettings, close_samplers
-from fedapp.engine.run_local import full_config, run_local
 from fedapp.methods.registry import resolve
+from fedapp.sim.run_local import full_config, run_local
 
 BASE = {"num-clients": 2, "num-server-rounds": 1, "partition": "iid", "energy-interval": 0.02}
 

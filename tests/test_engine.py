@@ -13,8 +13,8 @@ from flwr.clientapp import ClientApp
 from fedapp.client.handlers import handle_train
 from fedapp.client.node_query import handle_query
 from fedapp.engine.local_grid import LocalGrid
-from fedapp.engine.run_local import full_config, run_local
 from fedapp.server.loop import serve
+from fedapp.sim.run_local import full_config, run_local
 from tests.run_rows import outcome_rows
 
 BASE = {

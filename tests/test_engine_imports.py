@@ -1,9 +1,9 @@
 """The engine knows no method: no module of ``fedapp/engine`` imports ``fedapp.methods`` (nor, at
-import time, anything that does), so a method's batched kernel can only reach the engine through
-the park point's registry (``batched/seam.py``). ``run_local.py`` is the exception, named here: it
-is the in-process run's entry (``fedapp run``), which resolves the run's method and collects every
-method's key defaults (``methods.registry``); the engine it builds (``local_grid``, the batched
-executor) stays method-free."""
+import time, anything that does) or names one, so a method's batched kernel can only reach the
+engine through the park point's registry (``batched/seam.py``) and its chunk's memory through
+``ClientPolicy.chunk_memory``. The in-process run's entry (``fedapp run``), which resolves the
+run's method and collects every method's key defaults, is ``fedapp/sim/run_local.py``, above the
+engine; no engine module is exempt."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE = ROOT / "fedapp" / "engine"
-ENTRY = {"run_local.py"}  # the run's entry, not the engine: see the module docstring
 FORBIDDEN = "fedapp.methods"
+NOT_A_METHOD = {("ray_workers.py", "local")}  # Ray's address "local" (a new Ray), not the method
 
 
 def imported(text: str, package: str) -> set[str]:
@@ -38,7 +38,7 @@ def imported(text: str, package: str) -> set[str]:
 
 
 def engine_modules() -> list[Path]:
-    return sorted(p for p in ENGINE.glob("*.py") if p.name not in ENTRY)
+    return sorted(ENGINE.glob("*.py"))
 
 
 def offending(modules: set[str]) -> list[str]:
@@ -50,6 +50,21 @@ def test_no_engine_module_imports_a_method_module() -> None:
     assert {p.name for p in files} >= {"batched_executor.py", "local_grid.py", "client_batch_size.py"}
     found = {p.name: offending(imported(p.read_text(), "fedapp.engine")) for p in files}
     assert {name: mods for name, mods in found.items() if mods} == {}
+
+
+def named_methods(text: str) -> set[str]:
+    """The registered method names that ``text`` holds as a string constant (``cfg.method == "fedpews"``)."""
+    from fedapp.methods.registry import MODULES
+
+    return {n.value for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Constant) and n.value in MODULES}
+
+
+def test_no_engine_module_names_a_method() -> None:
+    """What a method adds to a chunk reaches ``client-batch = auto`` from the method (``ClientPolicy.chunk_memory``)."""
+    found = {p.name: {n for n in named_methods(p.read_text()) if (p.name, n) not in NOT_A_METHOD} for p in engine_modules()}
+    assert {name: names for name, names in found.items() if names} == {}
+    sizing = (ENGINE / "client_batch_size.py").read_text()
+    assert named_methods(sizing + '\nWARMUP = cfg.method == "fedpews"\n') == {"fedpews"}  # the scan's own check
 
 
 def test_the_scan_finds_late_and_relative_imports() -> None:
@@ -64,7 +79,7 @@ def test_the_scan_finds_late_and_relative_imports() -> None:
 
 
 def test_importing_the_engine_loads_no_method_module() -> None:
-    """In a fresh interpreter: importing every engine module (but the entry) loads no ``fedapp.methods`` module."""
+    """In a fresh interpreter: importing every engine module loads no ``fedapp.methods`` module."""
     names = [f"fedapp.engine.{p.stem}" for p in engine_modules() if p.stem != "__init__"]
     code = f"import json, sys\nfor n in {names!r}:\n    __import__(n)\nprint(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True)

@@ -22,8 +22,8 @@ from fedapp.client.handlers import handle_evaluate, handle_train
 from fedapp.client.node_query import handle_query
 from fedapp.core.config import ConfigError
 from fedapp.engine.ray_workers import RayGrid
-from fedapp.engine.run_local import full_config, run_local
 from fedapp.server import checkpoint
+from fedapp.sim.run_local import full_config, run_local
 from tests.run_rows import outcome_rows
 
 FEDAVG = {

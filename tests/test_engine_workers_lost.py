@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedapp.engine.run_local import run_local
 from fedapp.server import checkpoint
+from fedapp.sim.run_local import run_local
 from tests.deploy_harness import cmdline, descendants
 from tests.flwr_harness import ROOT
 from tests.run_rows import WIRE, outcome_rows

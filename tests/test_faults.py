@@ -28,12 +28,12 @@ from fedapp.core.state import DiskStore
 from fedapp.data import client_data, dataset_for
 from fedapp.data.sizes import split_sizes
 from fedapp.engine.local_grid import LocalGrid
-from fedapp.engine.run_local import full_config
 from fedapp.methods.base import ServerPolicy
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 from fedapp.server.loop import serve
 from fedapp.server.roster import Roster
+from fedapp.sim.run_local import full_config
 
 BASE = {
     "dataset": "digits", "num-clients": 3, "partition": "0,1,2,3|4,5,6|7,8,9", "num-server-rounds": 2,

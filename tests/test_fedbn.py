@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 
 from fedapp.core.state import DiskStore
-from fedapp.engine.run_local import full_config, run_local
 from fedapp.methods.fedbn import batchnorm_parameters
 from fedapp.methods.personal import THETA
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 from fedapp.server.checkpoint import client_state_dir
+from fedapp.sim.run_local import full_config, run_local
 
 CLIENTS, ROUNDS, STEPS = 3, 2, 3
 RUN = {

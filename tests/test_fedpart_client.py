@@ -10,12 +10,12 @@ from fedapp.core.device import host_arrays
 from fedapp.core.masks import layer_groups
 from fedapp.core.runtime import configure_threads
 from fedapp.data import client_data, dataset_for
-from fedapp.engine.run_local import full_config
 from fedapp.methods.base import ClientJob
 from fedapp.methods.fedpart import BN_STATE, FedPartClient
 from fedapp.methods.layer_schedule import FULL
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
+from fedapp.sim.run_local import full_config
 from tests.memory_store import MemoryStore
 
 configure_threads(1)  # as every entry point does; 2 threads on a loaded 2-core box are ~20x slower

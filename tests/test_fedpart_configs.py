@@ -9,10 +9,10 @@ import torch
 
 from fedapp.core.config import load_toml_config
 from fedapp.core.masks import layer_groups
-from fedapp.engine.run_local import full_config
 from fedapp.methods.fedpart import plan_of
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
+from fedapp.sim.run_local import full_config
 
 CONFIGS = sorted(Path(__file__).resolve().parents[1].glob("configs/f*-*.toml"))
 SHAPES = {"digits": ((1, 8, 8), 10), "cifar10": ((3, 32, 32), 10), "cifar100": ((3, 32, 32), 100)}

@@ -20,11 +20,11 @@ from fedapp.core.masks import layer_groups
 from fedapp.core.state import ContextStore
 from fedapp.data import dataset_for
 from fedapp.engine.local_grid import LocalGrid
-from fedapp.engine.run_local import full_config
 from fedapp.methods.fedpart import BN_STATE
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 from fedapp.server.loop import serve
+from fedapp.sim.run_local import full_config
 
 NPY_HEADER = 128  # numpy .npy v1 header of these small float32 tensors (Flower serialises Arrays as .npy)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from fedapp.core.config import ConfigError
-from fedapp.engine.run_local import full_config
 from fedapp.methods.accounting import round_macs, round_params
 from fedapp.methods.fedpart import plan_of
 from fedapp.methods.layer_schedule import FULL, schedule, schedule_length
 from fedapp.methods.registry import resolve
+from fedapp.sim.run_local import full_config
 
 RESNET8_PARAMS = [9536, 36992, 36992, 73984, 147712, 8448, 295424, 590336, 33280, 2570]  # spec §1.1, CIFAR-10
 RESNET8_MACS = [2_408_448, 2_359_296, 2_359_296, 1_179_648, 2_359_296, 131_072, 1_179_648, 2_359_296, 131_072, 2_560]

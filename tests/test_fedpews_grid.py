@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from fedapp.core.config import load_toml_config
-from fedapp.engine.run_local import full_config
 from fedapp.methods.fedpews import warmup_rounds
+from fedapp.methods.proximal import proximal_mu, uses_prox
 from fedapp.methods.registry import resolve
+from fedapp.sim.run_local import full_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,9 +59,9 @@ def test_paper_columns_match_the_spec(group: str, t: int, w: int, eta_g: float, 
     assert len(pews) == 1 and len(baseline) == 1
     cfg, _, params = resolved(*pews[0])
     assert (cfg.num_server_rounds, warmup_rounds(params, cfg), cfg.server_lr, params.diversity_weight) == (t, w, eta_g, lam)
-    assert cfg.proximal_mu == mu if cfg.uses_prox else mu == 0.0
+    assert proximal_mu(cfg) == mu
     base_cfg, _, _ = resolved(*baseline[0])
-    assert (base_cfg.num_server_rounds, base_cfg.server_lr, base_cfg.uses_prox) == (t, eta_g, mu > 0)
+    assert (base_cfg.num_server_rounds, base_cfg.server_lr, uses_prox(base_cfg)) == (t, eta_g, mu > 0)
 
 
 def test_jobs_skip_finished_runs(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fedapp.core.config import load_toml_config
-from fedapp.engine.run_local import run_local
+from fedapp.sim.run_local import run_local
 from tests.data_files import write_cifar10, write_medmnist, write_mnist
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,10 +16,10 @@ from fedapp.client_app import app as client_app
 from fedapp.core.masks import neuron_layout
 from fedapp.core.wire import from_record
 from fedapp.engine.local_grid import LocalGrid
-from fedapp.engine.run_local import full_config, run_local
 from fedapp.methods.pews_train import records_to_masks
 from fedapp.models.mlp import mlp
 from fedapp.server.loop import serve
+from fedapp.sim.run_local import full_config, run_local
 
 # digits (64 pixels, 10 classes), MLP 64-8-6-10, two label-disjoint clients; W = round(0.5 * 3) = 2.
 BASE = {

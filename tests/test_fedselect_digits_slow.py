@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fedapp.core.config import load_toml_config
-from fedapp.engine.run_local import run_local
+from fedapp.sim.run_local import run_local
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]

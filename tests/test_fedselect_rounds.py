@@ -17,11 +17,11 @@ from fedapp.core import wire
 from fedapp.core.state import DiskStore
 from fedapp.data import dataset_for
 from fedapp.engine.local_grid import LocalGrid
-from fedapp.engine.run_local import full_config
 from fedapp.methods.personal import MASK_CURRENT, THETA, eligible, unpack
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 from fedapp.server.strategy import MaskedStrategy
+from fedapp.sim.run_local import full_config
 
 N = 3
 

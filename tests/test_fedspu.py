@@ -21,7 +21,6 @@ from fedapp.core.masks import model_param_masks
 from fedapp.core.state import DiskStore
 from fedapp.data import client_data
 from fedapp.engine.local_grid import LocalGrid
-from fedapp.engine.run_local import full_config
 from fedapp.methods.base import Reply
 from fedapp.methods.early_stop import EarlyStopping
 from fedapp.methods.fedspu import PERSONAL_MODEL
@@ -37,6 +36,7 @@ from fedapp.methods.tiers import (
 from fedapp.models import initial_model
 from fedapp.server.roster import Roster
 from fedapp.server.strategy import MaskedStrategy
+from fedapp.sim.run_local import full_config
 
 BASE = {
     "dataset": "digits", "num-clients": 2, "partition": "0,1,2,3,4|5,6,7,8,9", "local-test-fraction": 0.3,

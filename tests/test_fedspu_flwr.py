@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fedapp.engine.run_local import run_local
+from fedapp.sim.run_local import run_local
 from tests.flwr_harness import flwr_run
 
 pytestmark = pytest.mark.flwr

@@ -91,8 +91,8 @@ def test_fedapp_keys_prints_common_and_the_methods_keys_with_default_allowed_and
 
 
 def test_fedpews_fixed_has_only_the_warmup_key_and_a_mask_key_is_reported_unused() -> None:
-    from fedapp.engine.run_local import full_config
     from fedapp.server.run_checks import unused_keys
+    from fedapp.sim.run_local import full_config
 
     raw = full_config({"method": "fedpews-fixed", "mask-impl": "activation", "warmup-fraction": 0.25})
     cfg, method, params = resolve(raw)

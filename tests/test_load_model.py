@@ -15,8 +15,8 @@ import fedapp
 from fedapp.core.device import host_arrays
 from fedapp.core.evaluate import evaluate
 from fedapp.data import dataset_for
-from fedapp.engine.run_local import run_local
 from fedapp.load import client_records, run_config
+from fedapp.sim.run_local import run_local
 
 RUN = {"dataset": "digits", "num-clients": 2, "partition": "iid", "lr": 0.2, "local-steps": 2, "num-server-rounds": 2}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fedapp.core.config import ConfigError, RunConfig, parse
-from fedapp.engine.run_local import run_local
+from fedapp.sim.run_local import run_local
 
 pytest.importorskip("mlflow", reason="the dev extra installs mlflow-skinny")
 

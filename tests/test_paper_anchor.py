@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fedapp.core.config import load_toml_config
-from fedapp.engine.run_local import run_local
+from fedapp.sim.run_local import run_local
 
 ROOT = Path(__file__).resolve().parents[1]
 

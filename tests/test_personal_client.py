@@ -15,11 +15,11 @@ from torch import nn
 from fedapp.core.device import host_arrays, load_host_arrays
 from fedapp.core.evaluate import evaluate
 from fedapp.data import ClientData
-from fedapp.engine.run_local import full_config
 from fedapp.methods.base import ClientJob
 from fedapp.methods.fedselect import FedSelectClient
 from fedapp.methods.personal import PersonalState
 from fedapp.methods.registry import resolve
+from fedapp.sim.run_local import full_config
 from tests.memory_store import MemoryStore
 
 BUFFERS = ("running_mean", "running_var", "num_batches_tracked")

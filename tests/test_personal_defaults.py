@@ -16,12 +16,12 @@ from fedapp.core.config import PERSONAL_LOCAL_TEST
 from fedapp.core.device import host_arrays
 from fedapp.data import ClientData, client_data, client_indices
 from fedapp.data.sizes import SplitSize
-from fedapp.engine.run_local import full_config, run_local
 from fedapp.methods.base import ClientJob, ClientPolicy, ServerPolicy, local_test_scores
 from fedapp.methods.personal import PersonalClient
 from fedapp.methods.registry import MODULES, resolve
 from fedapp.models.registry import initial_model
 from fedapp.server.strategy import MaskedStrategy
+from fedapp.sim.run_local import full_config, run_local
 from tests.memory_store import MemoryStore
 from tests.run_rows import outcome_rows as rows
 

@@ -11,8 +11,8 @@ from flwr.app import Message, MessageType
 
 from fedapp.client_app import app as client_app
 from fedapp.engine.local_grid import LocalGrid
-from fedapp.engine.run_local import full_config
 from fedapp.server.loop import serve
+from fedapp.sim.run_local import full_config
 from tests.run_rows import WIRE, outcome_rows
 
 PERSONAL = ("personalized_accuracy", "personalized_accuracy_min", "personalized_accuracy_max", "evaluated_clients")

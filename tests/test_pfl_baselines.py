@@ -10,11 +10,11 @@ import numpy as np
 from flwr.app import Array
 
 from fedapp.core.state import DiskStore
-from fedapp.engine.run_local import full_config, run_local
 from fedapp.methods.personal import THETA
 from fedapp.methods.registry import resolve
 from fedapp.models import build_model
 from fedapp.server.checkpoint import client_state_dir
+from fedapp.sim.run_local import full_config, run_local
 
 BASE = {
     "num-clients": 5, "partition": "shard", "classes-per-client": 2, "samples-per-client": 10, "num-server-rounds": 3,

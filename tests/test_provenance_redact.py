@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from fedapp.engine.run_local import full_config
 from fedapp.methods.registry import resolve
 from fedapp.server.provenance import collect, user_command
 from fedapp.server.redact import REDACTED, redact_argv
+from fedapp.sim.run_local import full_config
 from tests.flwr_harness import flwr_run
 
 SECRET = "s3cr3t-Vx9"

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedapp.engine.run_local import run_local
+from fedapp.sim.run_local import run_local
 from tests.flwr_harness import FLWR, copy_checkout, run_env, toml_value
 from tests.run_rows import outcome_rows
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from fedapp.core.config import ConfigError
-from fedapp.engine.run_local import run_local
 from fedapp.server import checkpoint
+from fedapp.sim.run_local import run_local
 from tests.run_rows import WIRE, outcome_rows
 
 

@@ -22,8 +22,8 @@ from flwr.app import Context, RecordDict
 
 from fedapp.core.state import ContextStore, DiskStore
 from fedapp.core.state_rounds import ATTEMPT, PREV, Lineage, RoundStore, stamp
-from fedapp.engine.run_local import run_local
 from fedapp.server import checkpoint
+from fedapp.sim.run_local import run_local
 from tests.run_rows import WIRE, outcome_rows
 
 N, ROUNDS, KILL_ROUND, KILL_AT = 5, 4, 3, 3

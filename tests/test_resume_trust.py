@@ -15,9 +15,9 @@ from fedapp.core.config import ConfigError
 from fedapp.core.state import DiskStore, StateError
 from fedapp.core.state_rounds import ATTEMPT, ROUND, Lineage, RoundStore, stamp
 from fedapp.engine.local_grid import LocalGrid
-from fedapp.engine.run_local import full_config, run_local
 from fedapp.server import checkpoint
 from fedapp.server.loop import serve
+from fedapp.sim.run_local import full_config, run_local
 from tests.run_rows import outcome_rows
 
 FEDAVG = {"dataset": "digits", "num-clients": 2, "lr": 0.2, "local-steps": 2}

@@ -16,9 +16,9 @@ from flwr.proto.node_pb2 import NodeInfo  # pylint: disable=no-name-in-module
 from fedapp.core.config import ConfigError
 from fedapp.core.device import describe, pick
 from fedapp.engine.local_grid import LocalGrid
-from fedapp.engine.run_local import full_config
 from fedapp.server.node_binding import binding_name, bound_partition
 from fedapp.server.roster import MAX_FACT_CHARS, MAX_FACTS, BadAnswer, Roster, facts_of
+from fedapp.sim.run_local import full_config
 
 
 class CountingGrid(LocalGrid):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from flwr.app import ArrayRecord, MetricRecord
 
-from fedapp.server.loop import CORE_KEYS, round_row
+from fedapp.server.rows import CORE_KEYS, round_row
 from fedapp.server.strategy import EvalResult, RoundResult, RoundStats
 
 
@@ -45,7 +45,7 @@ def test_round_result_unpacks_as_flowers_pair() -> None:
 
 def test_a_method_metric_named_like_a_ledger_key_is_an_error() -> None:
     from fedapp.energy.ledger import Ledger
-    from fedapp.server.loop import check_method_metrics
+    from fedapp.server.rows import check_method_metrics
 
     times = Ledger().round_row(1.0, 0.0, 1.0, {0: {"phase-train-s": 0.5}}, {})
     assert {"train_s", "wait_s", "time_start"} <= set(times)

@@ -22,10 +22,10 @@ import pytest
 from fedapp.cli import main as fedapp_main
 from fedapp.core.config import ConfigError
 from fedapp.engine.local_grid import LocalGrid
-from fedapp.engine.run_local import full_config, run_local
 from fedapp.server import checkpoint, rundir
 from fedapp.server.loop import serve
 from fedapp.server.results import read_config, read_metrics, read_provenance
+from fedapp.sim.run_local import full_config, run_local
 from tests.flwr_harness import ROOT
 from tests.run_rows import outcome_rows as rows
 

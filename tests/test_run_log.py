@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from fedapp.cli import main as fedapp_main
-from fedapp.engine.run_local import run_local
 from fedapp.server.run_log import FILE, RunLog, plain
+from fedapp.sim.run_local import run_local
 from tests.flwr_harness import ROOT
 
 BASE = {"dataset": "digits", "num-clients": 2, "partition": "iid", "lr": 0.2, "local-steps": 2, "num-server-rounds": 2}

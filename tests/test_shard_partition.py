@@ -8,8 +8,8 @@ import pytest
 from fedapp.core.config import ConfigError
 from fedapp.data import check_partition, client_data, dataset_for
 from fedapp.data.partition import shard_partition
-from fedapp.engine.run_local import full_config
 from fedapp.methods.registry import resolve
+from fedapp.sim.run_local import full_config
 
 
 def classes(y: np.ndarray) -> set[int]:

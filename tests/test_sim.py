@@ -22,12 +22,12 @@ from fedapp.client.node_query import handle_query
 from fedapp.core.config import ConfigError
 from fedapp.data import dataset_for
 from fedapp.engine.local_grid import LocalGrid
-from fedapp.engine.run_local import full_config
 from fedapp.methods.registry import resolve
 from fedapp.models import initial_model
 from fedapp.server import rundir
 from fedapp.server.loop import serve
 from fedapp.sim.flower_home import checkout_env, ports, superlink_pids
+from fedapp.sim.run_local import full_config
 from tests.flwr_harness import copy_checkout, fedapp_sim, shared_checkout, toml_value
 from tests.test_fedpews_run import BASE as PEWS
 from tests.test_fedpews_run import dense_upload

@@ -73,8 +73,8 @@ def test_memory_store_returns_copies() -> None:
 
 def test_resuming_a_run_whose_client_state_an_older_fedapp_wrote_is_refused_before_training(tmp_path: Path) -> None:
     from fedapp.core.config import ConfigError
-    from fedapp.engine.run_local import run_local
     from fedapp.server.checkpoint import client_state_dir
+    from fedapp.sim.run_local import run_local
 
     run = {"method": "fedselect", "num-clients": 2, "num-server-rounds": 1, "local-steps": 1, "state-store": "disk"}
     out = run_local({**run, "run-dir": str(tmp_path / "r")})

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fedapp.engine.run_local import run_local
+from fedapp.sim.run_local import run_local
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = {"num-clients": 2, "num-server-rounds": 2, "tensorboard": True}

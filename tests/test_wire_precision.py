@@ -55,8 +55,8 @@ def test_masks_travel_unchanged_and_a_float32_reply_under_a_half_wire_is_refused
 
 def test_a_float16_run_sends_half_values_both_ways_and_the_server_averages_them_in_float64(tmp_path: Path) -> None:
     from fedapp.client_app import app
-    from fedapp.engine.run_local import full_config
     from fedapp.server.loop import serve
+    from fedapp.sim.run_local import full_config
     from tests.test_downlink import Recording
 
     raw = full_config({

@@ -330,15 +330,6 @@ class RunConfig:
     def hidden_widths(self) -> tuple[int, ...]:
         return tuple(int(x) for x in self.mlp_hidden.split(","))
 
-    @property
-    def uses_prox(self) -> bool:
-        return uses_prox(self.method, self.base)
-
-
-def uses_prox(method: str, base: str) -> bool:
-    """Whether a run adds FedProx's proximal term, i.e. reads ``proximal-mu``."""
-    return method == "fedprox" or base == "fedprox"
-
 
 T = TypeVar("T")
 

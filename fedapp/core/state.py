@@ -3,8 +3,10 @@
 A client's state is a set of named records, each a dict of arrays: ``store.load(partition,
 key)`` and ``store.save(partition, key, arrays)`` (``save_all`` for several records that must
 change together), so each method names its own records and never filters or merges another's.
-Two stores with one interface, each holding per partition two *slots* (the current version
-and ``prev``; fedapp.core.state_rounds decides which one a message reads):
+Two stores with one interface (``SlotStore``: records kept as ``<key>/<name>`` entries of one
+slot, each store only reading, writing, moving and dropping whole slots), each holding per
+partition two *slots* (the current version and ``prev``; fedapp.core.state_rounds decides
+which one a message reads):
 
 * ``ContextStore`` keeps arrays in Flower's ``Context.state`` (per run, per node;
   shipped with every message in deployment, lost when a SuperNode restarts; the in-process
@@ -30,6 +32,7 @@ import os
 import re
 import time
 import zipfile
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Protocol
 
@@ -76,15 +79,10 @@ class StateStore(Protocol):
     def save_all(self, partition: int, records: dict[str, dict[str, np.ndarray]]) -> None: ...
 
 
-class ContextStore:
-    """One ArrayRecord per partition and slot in ``context.state`` (``fedapp-<partition>`` and
-    ``fedapp-<partition>.prev``), its entries named ``<key>/<array name>`` as in a state file."""
-
-    def __init__(self, context: Context) -> None:
-        self.context = context
-
-    def name(self, partition: int, slot: str = "") -> str:
-        return f"fedapp-{partition}" + (f".{slot}" if slot else "")
+class SlotStore(ABC):
+    """A ``StateStore`` over whole slots: a record is the ``<key>/<name>`` entries of a partition's
+    current slot, so ``load``, ``save`` and ``save_all`` are the same for every store; a store
+    reads, writes, moves, drops and sets aside one partition's slot (``""``: the current one)."""
 
     def load(self, partition: int, key: str) -> dict[str, np.ndarray]:
         return record_of(self.read(partition), key)
@@ -94,6 +92,33 @@ class ContextStore:
 
     def save_all(self, partition: int, records: dict[str, dict[str, np.ndarray]]) -> None:
         self.write(partition, "", replace_records(self.read(partition), records))
+
+    @abstractmethod
+    def read(self, partition: int, slot: str = "") -> dict[str, np.ndarray]: ...
+
+    @abstractmethod
+    def write(self, partition: int, slot: str, entries: dict[str, np.ndarray]) -> None: ...
+
+    @abstractmethod
+    def move(self, partition: int, src: str, dst: str) -> None: ...
+
+    @abstractmethod
+    def drop(self, partition: int, slot: str) -> None: ...
+
+    @abstractmethod
+    def set_aside(self, partition: int, slot: str) -> tuple[str, str]:
+        """Put aside a slot that failed its checks; returns (what it was, where it went)."""
+
+
+class ContextStore(SlotStore):
+    """One ArrayRecord per partition and slot in ``context.state`` (``fedapp-<partition>`` and
+    ``fedapp-<partition>.prev``), its entries named ``<key>/<array name>`` as in a state file."""
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+
+    def name(self, partition: int, slot: str = "") -> str:
+        return f"fedapp-{partition}" + (f".{slot}" if slot else "")
 
     def read(self, partition: int, slot: str = "") -> dict[str, np.ndarray]:
         rec = self.context.state.array_records.get(self.name(partition, slot))
@@ -118,7 +143,7 @@ class ContextStore:
         return f"Context.state record {self.name(partition, slot)!r}", "dropped"
 
 
-class DiskStore:
+class DiskStore(SlotStore):
     """One uncompressed ``.npz`` per client and slot (``client-<p>.npz``, ``client-<p>.prev.npz``)
     holding every record as ``<key>/<array name>`` entries, replaced atomically. A file with an
     entry outside any record was written by an older fedapp (one unkeyed dict per client): it is
@@ -129,15 +154,6 @@ class DiskStore:
 
     def path(self, partition: int, slot: str = "") -> Path:
         return self.root / (f"client-{partition}" + (f".{slot}" if slot else "") + ".npz")
-
-    def load(self, partition: int, key: str) -> dict[str, np.ndarray]:
-        return record_of(self.read(partition), key)
-
-    def save(self, partition: int, key: str, arrays: dict[str, np.ndarray]) -> None:
-        self.save_all(partition, {key: arrays})
-
-    def save_all(self, partition: int, records: dict[str, dict[str, np.ndarray]]) -> None:
-        self.write(partition, "", replace_records(self.read(partition), records))
 
     def write(self, partition: int, slot: str, entries: dict[str, np.ndarray]) -> None:
         save_npz_atomic(self.path(partition, slot), entries)

@@ -27,7 +27,7 @@ from typing import NoReturn
 
 import numpy as np
 
-from fedapp.core.state import ContextStore, DiskStore, StateError, record_of, replace_records
+from fedapp.core.state import SlotStore, StateError, record_of, replace_records
 
 ROUND, ATTEMPT = "@/round", "@/attempt"  # version stamp entries ('@' is never a state key)
 PREV = "prev"
@@ -85,7 +85,7 @@ class RoundStore:
     """The StateStore one message of round ``server_round`` uses: ``load`` sees the newest version
     that belongs to the run, ``save``/``save_all`` write version ``server_round``."""
 
-    def __init__(self, slots: DiskStore | ContextStore, server_round: int, lineage: Lineage, schema: Schema | None = None) -> None:
+    def __init__(self, slots: SlotStore, server_round: int, lineage: Lineage, schema: Schema | None = None) -> None:
         self.slots, self.round, self.lineage, self.schema = slots, server_round, lineage, schema or {}
         self._base: dict[int, dict[str, np.ndarray]] = {}
         self._read: dict[tuple[int, str], dict[str, np.ndarray]] = {}

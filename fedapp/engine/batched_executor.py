@@ -221,7 +221,7 @@ class BatchedExecutor:
             for lane, msg in zip(lanes, wave, strict=True):
                 lane.start(msg)
             if any(lane.fits == 0 for lane in lanes):
-                method = self.run_config.get("method", "fedavg")
+                method = self.run_config.get("method", "the method")
                 self.once(f"{method} trains one client at a time where its local loop does not go through the park point (seam.park)")
             while parked := [lane for lane in lanes if lane.call is not None]:
                 train_parked([lane.call for lane in parked if lane.call is not None], self.once, self.notes, on_fail)

@@ -6,18 +6,18 @@ with them (on a CPU vmapped convolutions are slower than one client's at a time)
 only for rounds of at least ``CPU_MIN_CLIENTS`` clients (on a CPU 2 stacked MLP clients are
 slower than 2 one after the other, 8 and more faster; docs/batched.md has the numbers).
 
-What one client adds to a chunk (:func:`client_bytes`), as the lanes and the kernel
-(``fedapp.batched.train`` and the FedPeWS warm-up kernel) allocate it:
+What one client adds to a chunk (:func:`client_bytes`), as the lanes and the kernels
+(``fedapp.batched.train`` and the methods' registered kernels) allocate it, with what its method
+adds declared by the method (``ClientPolicy.chunk_memory``, a ``batched.memory.ClientMemory``):
 
 - its lane: the client's own model, its train and test data as put on the device, its
-  method state there (FedProx's anchor; a FedPeWS warm-up's anchor; FedSelect's and FedSPU's
-  gradient masks, ``MASK_SETS``);
+  method state there (a proximal anchor; a warm-up's anchor; gradient-mask sets);
 - the kernel: the stacked weights, the optimizer's state, the stacked proximal anchor and
   gradient masks, the chunk's concatenated copy of the training data and its step grid
   (every step of the round), and per step the gradients, the minibatch and the activations
   the vmapped forward saves for the backward pass with their gradients (``ACTIVATION_COPIES`` times the outputs of every module on one
   minibatch, views left out; a warm-up step's weight pass also holds its parameter masks
-  and the masked weights); on CUDA also cuDNN's convolution workspace
+  and the masked weights, and its neuron draws are made before the loop); on CUDA also cuDNN's convolution workspace
   (``CONV_WORKSPACE_COPIES`` times the largest convolution's unfolded input).
 
 The estimate is checked against the peak the kernel really allocates on the CPU
@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fedapp.batched.memory import ClientMemory
 from fedapp.core.masks import neuron_layout
 from fedapp.core.train import TrainSettings, needs_restore
 
@@ -45,7 +46,6 @@ CPU_MIN_CLIENTS = 8
 AUTO_MAX = 256
 AUTO_MEMORY_SHARE = 0.5
 ACTIVATION_COPIES = 2  # each module's output, saved for the backward pass, and its gradient
-MASK_SETS = {"fedselect": 2, "fedspu": 1}  # bool gradient masks per parameter a client's lane holds (FedSelect: personal and shared)
 LABEL_BYTES = 8  # int64 class labels
 CONV_WORKSPACE_COPIES = 2  # cuDNN's workspace per client, in unfolded inputs of the largest convolution (measured, H200)
 
@@ -77,7 +77,7 @@ def auto_size(raw: Mapping[str, Any], node_config: Mapping[str, Any] | None = No
     from fedapp.data import client_data, dataset_for
     from fedapp.models import build_model
 
-    cfg = resolve_once(raw)[0]
+    cfg, method, params = resolve_once(raw)
     device = node_device(cfg, node_config or {})
     ds = dataset_for(cfg)
     model = build_model(cfg, ds.in_shape, ds.num_classes)
@@ -87,7 +87,7 @@ def auto_size(raw: Mapping[str, Any], node_config: Mapping[str, Any] | None = No
         return AutoSize(device, cpu_pick)
     train = max(2 * int(ds.y_train.shape[0]) // max(cfg.num_clients, 1), cfg.batch_size)  # twice a mean client's samples
     test = 2 * int(client_data(cfg, 0).y_test.shape[0])  # a client's own test split (personalised methods), twice
-    return AutoSize(device, cpu_pick, chunk_bytes(cfg, 1, train, test, model, cuda=True))
+    return AutoSize(device, cpu_pick, chunk_bytes(cfg, 1, train, test, method.client(cfg, params).chunk_memory(), model, cuda=True))
 
 
 def auto_client_batch(raw: Mapping[str, Any], node_config: Mapping[str, Any] | None = None) -> tuple[int, int]:
@@ -95,19 +95,19 @@ def auto_client_batch(raw: Mapping[str, Any], node_config: Mapping[str, Any] | N
     return auto_size(raw, node_config).pick()
 
 
-def chunk_bytes(cfg: Any, k: int, samples: int, test_samples: int, model: nn.Module | None = None, cuda: bool = False) -> int:
+def chunk_bytes(
+    cfg: Any, k: int, samples: int, test_samples: int, memory: ClientMemory, model: nn.Module | None = None, cuda: bool = False
+) -> int:
     """Device bytes of a chunk of ``k`` clients of run-config ``cfg`` with ``samples`` training
-    and ``test_samples`` test samples each (``cuda``: on a CUDA device)."""
+    and ``test_samples`` test samples each, whose method adds ``memory`` (``cuda``: on a CUDA device)."""
     from fedapp.data import dataset_for
     from fedapp.models import build_model
 
     ds = dataset_for(cfg)
     model = build_model(cfg, ds.in_shape, ds.num_classes) if model is None else model
-    warmup = cfg.method == "fedpews"  # sized for its warm-up chunks, the larger
-    masks = MASK_SETS.get(cfg.method, 0)
     slots = optimizer_slots(cfg)
     steps = cfg.local_steps if cfg.local_steps > 0 else cfg.local_epochs * math.ceil(samples / cfg.batch_size)
-    args = (samples, slots, cfg.uses_prox, test_samples, warmup, masks, steps, cuda)
+    args = (samples, slots, memory.anchor, test_samples, memory.warmup, memory.mask_sets, steps, cuda)
     return k * client_bytes(model, ds.in_shape, cfg.batch_size, *args)
 
 
@@ -142,7 +142,7 @@ def forward_bytes(model: nn.Module, in_shape: tuple[int, ...], batch_size: int) 
 
 
 def hidden_neurons(model: nn.Module) -> int:
-    """The hidden neurons a FedPeWS mask covers (0 for a model with none)."""
+    """The hidden neurons a neuron mask covers (0 for a model with none)."""
     try:
         return neuron_layout(model).total
     except ValueError:

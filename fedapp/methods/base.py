@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from fedapp.batched.fit import local_fit
+from fedapp.batched.memory import ClientMemory
 from fedapp.core.aggregate import Contribution
 from fedapp.core.config import RunConfig
 from fedapp.core.state import StateStore
@@ -27,6 +28,7 @@ from fedapp.core.state_rounds import Schema
 from fedapp.core.train import ExtraLoss, TrainSettings, TrainStats, proximal_term
 from fedapp.data import ClientData
 from fedapp.data.on_device import ClientTensors
+from fedapp.methods.proximal import uses_prox
 
 Scalar = bool | int | float | str
 CPU = torch.device("cpu")
@@ -199,8 +201,12 @@ class ClientPolicy:
     def __init__(self, cfg: RunConfig, params: Any):
         self.cfg, self.params = cfg, params
 
+    def chunk_memory(self) -> ClientMemory:
+        """What this client holds in a batched chunk beyond FedAvg's (``client-batch = auto`` sizes by it)."""
+        return ClientMemory(anchor=uses_prox(self.cfg))
+
     def extra_loss(self, model: nn.Module, masks: dict[str, torch.Tensor] | None = None) -> ExtraLoss | None:
-        if not self.cfg.uses_prox:
+        if not uses_prox(self.cfg):
             return None
         anchor = {n: p.detach().clone() for n, p in model.named_parameters()}
         return proximal_term(self.cfg.proximal_mu, anchor, masks)

@@ -19,6 +19,7 @@ entries under momentum) and proximal_term.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Mapping
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedapp.batched.memory import ClientMemory
 from fedapp.core.config import MAX_LR, RunConfig, key, number_in, one_of, unit_interval
 from fedapp.core.masks import NeuronLayout, model_param_masks, neuron_layout
 from fedapp.core.state_rounds import Schema
@@ -47,6 +49,7 @@ from fedapp.methods.base import (
 )
 from fedapp.methods.metric_names import WARMUP
 from fedapp.methods.pews_train import WarmupLoop, masks_to_records, records_to_masks
+from fedapp.methods.proximal import proximal_mu
 from fedapp.server.reply_checks import ReplyError
 
 log = logging.getLogger("flwr")
@@ -197,6 +200,9 @@ class PeWSClient(ClientPolicy):
     """Warmup rounds: alternate score and weight steps, upload the sub-model and mask bits.
     Full rounds: the base method (ClientPolicy is FedAvg, or FedProx when ``base=fedprox``)."""
 
+    def chunk_memory(self) -> ClientMemory:
+        return dataclasses.replace(super().chunk_memory(), warmup=True)  # sized for its warm-up chunks, the larger
+
     def train(self, job: ClientJob) -> ClientResult:
         if job.config.get("phase") != "warmup":
             return super().train(job)
@@ -204,7 +210,7 @@ class PeWSClient(ClientPolicy):
         layout = neuron_layout(job.model)
         scores = self.load_scores(job, layout)
         ref = self.reference(job, layout)
-        mu = self.cfg.proximal_mu if self.cfg.uses_prox else 0.0
+        mu = proximal_mu(self.cfg)
         loop = WarmupLoop(job.model, layout, settings_of(self.cfg), p.mask_impl, mu, p.mask_extent, p.ste)
         x, y = job.tensors()
         pews = {"ref": ref, "weight": p.diversity_weight, "lr": p.mask_lr, "shared": p.mask_draw == "shared"}

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from fedapp.batched.fit import local_fit
+from fedapp.batched.memory import ClientMemory
 from fedapp.core.config import MAX_EPOCHS, MAX_ROUNDS, fraction, integer_in, key, one_of, unit_interval
 from fedapp.core.train import TrainStats
 from fedapp.methods.base import ClientJob, Method, settings_of
@@ -120,6 +121,9 @@ def local_alt(job: ClientJob, m_cur: Masks, epochs: int) -> TrainStats:
 
 class FedSelectClient(PersonalClient):
     trains_local_epochs = False  # local-alt-epochs passes of one epoch each (or local-steps)
+
+    def chunk_memory(self) -> ClientMemory:
+        return dataclasses.replace(super().chunk_memory(), mask_sets=2)  # LocalAlt's personal and shared gradient masks
 
     def local_update(self, job: ClientJob, m_cur: Masks) -> TrainStats:
         return local_alt(job, m_cur, self.params.local_alt_epochs)

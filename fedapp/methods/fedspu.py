@@ -11,11 +11,13 @@ but not compute (docs/results-fedspu.md measures this).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 import numpy as np
 import torch
 
+from fedapp.batched.memory import ClientMemory
 from fedapp.core.device import host_arrays, load_host_arrays
 from fedapp.core.state_rounds import Schema
 from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, local_test_scores, shaped_like, train_metrics
@@ -33,6 +35,9 @@ def merge(model: torch.nn.Module, personal: dict[str, np.ndarray], active: dict[
 
 class FedSPUClient(ClientPolicy):
     params: TierParams
+
+    def chunk_memory(self) -> ClientMemory:
+        return dataclasses.replace(super().chunk_memory(), mask_sets=1)  # its active neurons' gradient masks
 
     def train(self, job: ClientJob) -> ClientResult:
         active = active_masks(job, job_neurons(job))

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedapp.core.config import uses_prox
+from fedapp.methods.proximal import adds_prox
 
 if TYPE_CHECKING:
     from fedapp.server.results import Run
@@ -28,7 +28,7 @@ def common_folder(runs: list[Run]) -> Path:
 def shown(config: dict[str, Any], key: str) -> Any:
     """``config[key]`` as the table shows it: None (drawn as —) where the run does not have the
     key or its method never reads it (``proximal-mu`` without FedProx's proximal term)."""
-    if key == "proximal-mu" and not uses_prox(str(config.get("method", "")), str(config.get("base", ""))):
+    if key == "proximal-mu" and not adds_prox(str(config.get("method", "")), str(config.get("base", ""))):
         return None
     return config.get(key)
 

@@ -20,6 +20,7 @@ from fedapp.core.config import ConfigError, RunConfig, coerce, defaults_of, fiel
 from fedapp.data import Dataset
 from fedapp.data.sizes import SplitSize, split_sizes
 from fedapp.methods.base import Method
+from fedapp.methods.proximal import proximal_mu, uses_prox
 from fedapp.methods.registry import MODULES, get_method
 
 log = logging.getLogger("flwr")
@@ -67,14 +68,15 @@ def check_sgd_decay(cfg: RunConfig) -> None:
     every reply overflows or fails the step bound: a run that trains nothing."""
     if cfg.optimizer != "sgd":
         return
-    mu = cfg.proximal_mu if cfg.uses_prox else 0.0
+    prox = uses_prox(cfg)
+    mu = proximal_mu(cfg)
     pull, limit = cfg.weight_decay + mu, 2 * (1 + cfg.momentum)
     if cfg.lr * pull >= limit:
         raise ConfigError(
             f"run-config keys 'lr' = {cfg.lr:g}, 'weight-decay' = {cfg.weight_decay:g}"
-            + (f", 'proximal-mu' = {mu:g}" if cfg.uses_prox else "")
+            + (f", 'proximal-mu' = {mu:g}" if prox else "")
             + f" and 'momentum' = {cfg.momentum:g} make SGD diverge: lr x (weight-decay"
-            + (" + proximal-mu" if cfg.uses_prox else "")
+            + (" + proximal-mu" if prox else "")
             + f") = {cfg.lr * pull:g}; expected less than 2 x (1 + momentum) = {limit:g}"
         )
 
@@ -153,7 +155,7 @@ def unused_keys(raw: Mapping[str, Any], cfg: RunConfig, method: Method) -> list[
         if name != method.name and other is not None:
             for key in set(fields_of(other)) - own:
                 owners.setdefault(key, []).append(name)
-    if not cfg.uses_prox:
+    if not uses_prox(cfg):
         owners["proximal-mu"] = ["fedprox", "base = 'fedprox'"]
     defaults: dict[str, Any] = {}
     for cls in (RunConfig, *(get_method(m).params for m in MODULES)):

@@ -12,7 +12,7 @@ model and its row says ``aggregate_rejected``.
 
 ``aggregate_train`` and ``aggregate_evaluate`` return everything they aggregated (a
 ``RoundResult``, an ``EvalResult``; each unpacks like Flower's own return pair), so the round
-loop (loop.py) reads results, never the strategy's attributes.
+loop (session.py) reads results, never the strategy's attributes.
 """
 
 from __future__ import annotations
@@ -80,13 +80,15 @@ class RoundStats:
 class RoundResult:
     """What ``aggregate_train`` aggregated: the new global arrays (None: the model stays), Flower's
     train MetricRecord, the round's stats (failures, coverage, bytes, per-client reply metrics),
-    whether a non-finite aggregate was rejected, and the method's own metrics (its namespace)."""
+    whether a non-finite aggregate was rejected, the method's own metrics (its namespace), and the
+    new global arrays as numpy (``values``, what ``arrays`` records: the round loop needs no decode)."""
 
     arrays: ArrayRecord | None
     metrics: MetricRecord
     stats: RoundStats
     rejected: bool = False
     method_metrics: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, np.ndarray] | None = None
 
     def __iter__(self) -> Iterator[Any]:
         """Unpacks as Flower's ``(arrays, metrics)`` pair (Strategy.start reads it that way)."""
@@ -113,12 +115,13 @@ def record_bytes(content: RecordDict, only: Iterable[str] | None = None, skip: I
 class MaskedStrategy(Strategy):
     def __init__(
         self, cfg: RunConfig, policy: ServerPolicy, nodes: dict[int, int],
-        refresh: Callable[[], dict[int, int]] | None = None, sampling: Any = None,
+        refresh: Callable[[], dict[int, int]] | None = None, sampling: Any = None, scale: dict[str, float] | None = None,
     ):  # fmt: skip
         """``nodes`` maps partition id -> Flower node id (from discovery); ``refresh`` gives the
         nodes anew before every round but the first this strategy configures (the roster's, which
         follows nodes going offline and joining); ``sampling``: the client-sampling random state
-        to go on from (a checkpoint's, on resume)."""
+        to go on from (a checkpoint's, on resume); ``scale``: the step bound's unit per float tensor
+        (``reply_checks.scales`` of the initial model; default: of the first round's global model)."""
         self.cfg, self.policy, self.nodes, self.refresh = cfg, policy, dict(nodes), refresh
         self.rng = random.Random(cfg.seed)
         if sampling is not None:
@@ -130,7 +133,7 @@ class MaskedStrategy(Strategy):
         self.sent_nodes: dict[int, int] = {}  # partition id -> node its train task went to this round
         self.tasks: dict[int, NodeTask] = {}  # partition id -> its train task this round (what its reply may cover)
         self.eval_nodes: dict[int, int] = {}  # partition id -> node its evaluate task went to this round
-        self.scale: dict[str, float] = {}  # per float tensor: the unit of the step bound (reply_checks.scales)
+        self.scale: dict[str, float] = dict(scale or {})  # per float tensor: the unit of the step bound (reply_checks.scales)
         self.limits: tuple[dict[str, int], dict[str, int]] = ({}, {})  # most data bytes per values / mask array
         self.sizes = split_sizes(cfg)  # per partition: local train and test samples (deterministic split)
         self.downlink = Downlink(cfg.downlink)  # what each node holds (downlink = selected)
@@ -144,7 +147,7 @@ class MaskedStrategy(Strategy):
     # -- training -------------------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         self.global_np = wire.from_record(arrays)
-        if not self.scale:  # the initial model's (server.rounds sets it, also on resume): never raised by an aggregate
+        if not self.scale:  # the initial model's (the run session passes it, also on resume): never raised by an aggregate
             self.scale = checks.scales(self.global_np)
         self.limits = wire.byte_limits(self.global_np)
         if self.configured and self.refresh is not None:
@@ -303,7 +306,7 @@ class MaskedStrategy(Strategy):
         except Exception as err:  # the replies passed every check: keep the round, say what the method could not use
             stats.reasons.append(f"round {server_round}: method bookkeeping failed ({describe(err)})")
             log.warning("%s", stats.reasons[-1])
-        return RoundResult(wire.to_record(agg.arrays), counted, stats, method_metrics=method_metrics)
+        return RoundResult(wire.to_record(agg.arrays), counted, stats, method_metrics=method_metrics, values=agg.arrays)
 
     def _fail(self, reason: str) -> None:
         self.stats.failures += 1

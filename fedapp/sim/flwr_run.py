@@ -12,7 +12,7 @@ results, else 0.
 The run folder is always passed to the ServerApp as an absolute path, resolved here against
 the working directory (a default run-dir is named here), so it can land nowhere else. Without
 ``--federation-config`` the simulated federation has ``num-clients`` SuperNodes (where that is
-0: the in-process engine's rule, fedapp.engine.run_local.node_count).
+0: the in-process engine's rule, fedapp.sim.run_local.node_count).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def preflight(overrides: Mapping[str, Any], base: Path) -> tuple[RunConfig, Path
     parse(RunConfig, overrides)  # the common keys first: no method module (and no torch) imported for a bad value there
 
     from fedapp.data import check_partition
-    from fedapp.engine.run_local import full_config
     from fedapp.methods.registry import resolve
+    from fedapp.sim.run_local import full_config
 
     cfg = resolve(full_config(overrides))[0]
     run_dir = rundir.resolve(cfg.run_dir, cfg.method, cfg.dataset, base)
@@ -64,7 +64,7 @@ def preflight(overrides: Mapping[str, Any], base: Path) -> tuple[RunConfig, Path
 
 
 def supernodes(cfg: RunConfig) -> int:
-    from fedapp.engine.run_local import node_count
+    from fedapp.sim.run_local import node_count
 
     return node_count(cfg)
 
