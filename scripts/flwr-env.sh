@@ -13,5 +13,6 @@ export FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=$_fedapp_http
 export FLWR_LOCAL_CONTROL_API_PORT=$(( _fedapp_http + 1 ))
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1   # else the SuperLink re-installs deps per run
 export FLWR_TELEMETRY_ENABLED=0 FLWR_DISABLE_UPDATE_CHECK=1 RAY_DISABLE_USAGE_STATS=1
+export RAY_ADDRESS="${RAY_ADDRESS:-local}"   # a new Ray per simulation, never a `ray start` left on the machine
 export PATH="$_fedapp_root/.venv/bin:$PATH"
 unset _fedapp_root _fedapp_hash _fedapp_http

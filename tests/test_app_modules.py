@@ -4,6 +4,7 @@ loads from the app directory, and installing fedapp puts no top-level module int
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 import tomllib
@@ -37,9 +38,18 @@ def test_packaging_lists_no_py_modules_and_flower_loads_the_thin_top_level_files
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=300)
 
 
+def without_the_checkout_on_pythonpath(cwd: Path) -> dict[str, str]:
+    """This environment less the PYTHONPATH entries naming this checkout (a worktree's shell and
+    scripts/test-oldest-torch.sh put it there so that its code is imported): that entry is the app
+    directory itself, and what is left is the install."""
+    entries = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and (cwd / p).resolve() != ROOT]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(entries)}
+
+
 def test_outside_the_app_directory_no_top_level_app_module_is_importable(tmp_path: Path) -> None:
     code = "import importlib.util as u; print([m for m in ('client_app', 'server_app') if u.find_spec(m)])"
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True, timeout=300)
+    env = without_the_checkout_on_pythonpath(tmp_path)
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, check=True, timeout=300)
     assert out.stdout.strip() == "[]"
 
 

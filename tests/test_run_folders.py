@@ -201,11 +201,13 @@ def shared_tmp() -> Iterator[Path]:
 
 
 def test_a_read_only_folder_is_one_line_naming_key_and_path(shared_tmp: Path) -> None:
-    """As a user who may not write there (root may write anywhere): the run's first write, its lock."""
+    """As a user who may not write there: the run's first write, its lock. Root may write anywhere, so
+    as root the child runs in a user namespace of its own: root's capabilities stop at that namespace,
+    and it still reads what root reads (another uid could not load an interpreter under /root)."""
     ro = shared_tmp / "ro"
     ro.mkdir(mode=0o555)
     ro.chmod(0o555)
-    as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+    as_user = ["unshare", "--user"] if os.geteuid() == 0 else []
     code = (
         f"import sys; sys.path.insert(0, {str(ROOT)!r}); from pathlib import Path; from fedapp.server.rundir import RunLock\n"
         "try:\n    RunLock(Path(sys.argv[1])).acquire()\nexcept Exception as err:\n    sys.exit(f'{type(err).__name__}: {err}')"

@@ -137,13 +137,22 @@ def test_a_bad_value_exits_2_with_one_line_before_anything_starts(tmp_path: Path
 
 def test_flwr_env_sh_and_simenv_agree(tmp_path: Path) -> None:
     for checkout in (shared_checkout(), copy_checkout(tmp_path / "other")):
-        names = ["FEDAPP_CHECKOUT", "FLWR_HOME", "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", "FLWR_LOCAL_CONTROL_API_PORT"]
+        names = ["FEDAPP_CHECKOUT", "FLWR_HOME", "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", "FLWR_LOCAL_CONTROL_API_PORT", "RAY_ADDRESS"]
         script = f"cd / && source {checkout}/scripts/flwr-env.sh && " + " && ".join(f'echo "${n}"' for n in names)
         got = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"})
         want = checkout_env(checkout)
-        assert got.stdout.split("\n")[:4] == [want[n] for n in names]
+        assert got.stdout.split("\n")[:5] == [want[n] for n in names]
         http, control = ports(checkout)
         assert 20000 <= http < 32000 and control == http + 1 and want["FLWR_HOME"] == str(checkout.resolve() / "runs" / ".flwr")
+
+
+def test_simulations_start_their_own_ray_unless_told_to_join_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flower's simulation calls ray.init() without an address, which would join whatever cluster
+    /tmp/ray/ray_current_cluster names (a `ray start` left on the machine, maybe unreachable)."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert checkout_env(shared_checkout())["RAY_ADDRESS"] == "local"
+    monkeypatch.setenv("RAY_ADDRESS", "ray-head.example:6379")
+    assert checkout_env(shared_checkout())["RAY_ADDRESS"] == "ray-head.example:6379"
 
 
 def test_a_config_error_on_every_client_stops_the_run_once(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:

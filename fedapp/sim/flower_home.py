@@ -43,6 +43,9 @@ def checkout_env(root: Path) -> dict[str, str]:
         "FLWR_TELEMETRY_ENABLED": "0",
         "FLWR_DISABLE_UPDATE_CHECK": "1",
         "RAY_DISABLE_USAGE_STATS": "1",
+        # Flower's simulation calls ray.init() without an address, which joins the cluster named in
+        # /tmp/ray/ray_current_cluster: a `ray start` left on the machine (even unreachable) hangs it
+        "RAY_ADDRESS": os.environ.get("RAY_ADDRESS", "local"),
     }
 
 
