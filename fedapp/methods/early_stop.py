@@ -4,13 +4,15 @@ Each participation a client reports L = lambda*L_train + (1 - lambda)*L_val. It 
 for good the first time L exceeds (``>``; or ``>=``) its value at its *previous
 participation*; a first participation never stops. The server samples only from the
 pool of non-stopped clients, all of them once fewer than K remain, and the run ends
-when the pool is empty. Living here rather than on the client, the registry survives
-SuperNode restarts and needs no client state.
+when the pool is empty. A client whose node is offline is not sampled, but not stopped
+either: it is back in the draw once its node rejoins. Living here rather than on the
+client, the registry survives SuperNode restarts and needs no client state.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,10 +32,14 @@ class EarlyStopping:
     def pool(self) -> list[int]:
         return [p for p in self.clients if p not in self.stopped]
 
-    def select(self, server_round: int, rng: random.Random) -> list[int]:
+    def select(self, server_round: int, rng: random.Random, online: Collection[int] | None = None) -> list[int]:
+        """K clients of the pool whose nodes are ``online`` (None: all); the short round counts
+        stopped clients only, as the spec's ES round does."""
         pool = self.pool
         if len(pool) < self.per_round and self.first_short_round is None:
             self.first_short_round = server_round
+        if online is not None:
+            pool = [p for p in pool if p in online]
         return sorted(rng.sample(pool, min(self.per_round, len(pool))))
 
     def worse(self, new: float, old: float) -> bool:

@@ -136,7 +136,7 @@ class TieredServer(ServerPolicy):
         return random_neurons(self.layout.widths, p, neuron_seed(self.cfg.seed, server_round, pid), self.params.kept_rounding)
 
     def select(self, server_round: int, pids: list[int], rng: random.Random) -> list[int]:
-        return self.es.select(server_round, rng)
+        return self.es.select(server_round, rng, online=set(pids))  # pids: the partitions whose nodes are online
 
     def node_task(self, server_round: int, pid: int) -> NodeTask:
         neurons = self.neurons(server_round, pid)
