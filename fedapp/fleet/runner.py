@@ -30,6 +30,7 @@ from fedapp.fleet.profile import DeviceClass, Profile
 
 PROXY_PORT, CONTROL_PORT, NODE_PORT, PROBE_PORT = 8000, 9093, 9094, 5201
 CONNECTION = "fleet"
+IN_MEMORY = ":flwr-in-memory:"
 SAMPLE_S = 0.5
 BRING_UP_S = 1800  # each step of the bring-up; minutes on a loaded machine (the 8-node fleet on 2 shared cores)
 
@@ -115,7 +116,9 @@ class Fleet:
         self.keys = make_node_keys(len(self.nodes), self.work / "keys")
         write_connection(CONNECTION, f"127.0.0.1:{CONTROL_PORT}", self.tls.ca_cert, self.work / "flwr-home", default=True)
         argv = [sys.executable, "-m", "fedapp", "deploy", "superlink", "--tls", str(self.tls.ca_cert.parent)]
-        argv += ["--database", str(self.work / "state.db"), "--host", "0.0.0.0", "--port", str(PROXY_PORT)]
+        # Flower's in-memory state: its SQLite file answered "database is locked" (HTTP 500) under load, losing
+        # replies and heartbeats mid-round (docs/fleet.md); a fleet's SuperLink is never restarted, so nothing is lost
+        argv += ["--database", IN_MEMORY, "--host", "0.0.0.0", "--port", str(PROXY_PORT)]
         argv += ["--control-port", str(CONTROL_PORT), "--proxy-dir", str(self.work / "proxy"), "--no-restart"]
         self.spawn(self.link, argv, "superlink.log", device=True)
         self.wait_for(lambda: "Application startup complete" in self.log("superlink.log"), BRING_UP_S, "the SuperLink", "superlink.log")
