@@ -15,9 +15,9 @@ from flwr.app import Message, MessageType
 
 from fedapp.client_app import app
 from fedapp.engine.local_grid import LocalGrid
-from fedapp.engine.run_local import full_config
 from fedapp.methods.early_stop import EarlyStopping
 from fedapp.server.loop import serve
+from fedapp.sim.run_local import full_config
 
 BASE = {
     "dataset": "digits", "num-clients": 3, "partition": "0,1,2,3|4,5,6|7,8,9", "num-server-rounds": 2,
