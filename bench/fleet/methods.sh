@@ -20,8 +20,8 @@ declare -A RUN=(
   [fedpart]="method='fedpart' num-server-rounds=5 warmup-rounds=1 rounds-per-layer=1 cycles=1 full-rounds-between-cycles=0"
   [fedselect]="method='fedselect'"
   [fedpews]="method='fedpews'"
-  # against stragglers: a round waits at most 45 s for replies; with fewer than 5 in time the model stays as it was
-  [fedavg-timeout]="method='fedavg' round-timeout=45.0 min-replies=5"
+  # against stragglers: a round waits at most ROUND_TIMEOUT s (default 45) for replies; with fewer than 5 in time the model stays as it was
+  [fedavg-timeout]="method='fedavg' round-timeout=${ROUND_TIMEOUT:-45.0} min-replies=5"
 )
 ORDER="fedavg fedspu-es fedspu fjord fedprox fedpart fedselect fedpews fedavg-timeout"
 runs=()
