@@ -25,8 +25,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from fedapp.client.cache import process_model, resolve_once
-from fedapp.client.handlers import handle_evaluate, handle_train, load_global, node_local
-from fedapp.client.node_query import handle_query
+from fedapp.client.handlers import handle_train, load_global, node_local
 from fedapp.core import wire
 from fedapp.core.device import host_arrays
 from fedapp.data import dataset_for
@@ -34,6 +33,7 @@ from fedapp.engine.local_grid import LocalGrid
 from fedapp.server.loop import serve
 from fedapp.server.reply_checks import MAX_STEP
 from fedapp.sim.run_local import full_config
+from tests.client_apps import app_with_train
 
 Attack = Callable[[np.ndarray, np.ndarray, float], np.ndarray]  # (sent values, global values there, tensor scale) -> values
 
@@ -70,9 +70,7 @@ def poison(msg: Message, reply: Message, context: Context, attack: Attack) -> Me
 def poisoned_app(attack: str, bad: Collection[int], rounds: Collection[int] | None = None) -> ClientApp:
     """The real ClientApp; the partitions in ``bad`` send ``attack``'s reply (in ``rounds`` only, if given)."""
     rewrite = ATTACKS[attack]
-    app = ClientApp()
 
-    @app.train()
     def _train(msg: Message, context: Context) -> Message:
         reply = handle_train(msg, context)
         config = msg.content.config_records["config"]
@@ -81,15 +79,7 @@ def poisoned_app(attack: str, bad: Collection[int], rounds: Collection[int] | No
             return poison(msg, reply, context, rewrite)
         return reply
 
-    @app.evaluate()
-    def _evaluate(msg: Message, context: Context) -> Message:
-        return handle_evaluate(msg, context)
-
-    @app.query()
-    def _query(msg: Message, context: Context) -> Message:
-        return handle_query(msg, context)
-
-    return app
+    return app_with_train(_train)
 
 
 def run_poisoned(overrides: Mapping[str, Any], attack: str, bad: Collection[int], rounds: Collection[int] | None = None) -> Path:

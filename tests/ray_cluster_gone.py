@@ -20,32 +20,21 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 import fedapp.client_app
-from fedapp.client.handlers import handle_evaluate, handle_train
-from fedapp.client.node_query import handle_query
+from fedapp.client.handlers import handle_train
 from fedapp.sim.run_local import run_local
+from tests.client_apps import app_with_train
 
 WAIT = 60.0
 
 
 def waiting_app(rnd: int, marker: str) -> ClientApp:
-    app = ClientApp()
-
-    @app.train()
     def _train(msg: Message, context: Context) -> Message:
         if context.node_config["partition-id"] == 0 and msg.content["config"]["server-round"] == rnd:  # type: ignore[index]
             Path(marker).touch()
             time.sleep(WAIT)
         return handle_train(msg, context)
 
-    @app.evaluate()
-    def _evaluate(msg: Message, context: Context) -> Message:
-        return handle_evaluate(msg, context)
-
-    @app.query()
-    def _query(msg: Message, context: Context) -> Message:
-        return handle_query(msg, context)
-
-    return app
+    return app_with_train(_train)
 
 
 def main() -> None:

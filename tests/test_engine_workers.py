@@ -18,12 +18,12 @@ import ray
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from fedapp.client.handlers import handle_evaluate, handle_train
-from fedapp.client.node_query import handle_query
+from fedapp.client.handlers import handle_train
 from fedapp.core.config import ConfigError
 from fedapp.engine.ray_workers import RayGrid
 from fedapp.server import checkpoint
 from fedapp.sim.run_local import full_config, run_local
+from tests.client_apps import app_with_train
 from tests.run_rows import outcome_rows
 
 FEDAVG = {
@@ -121,23 +121,13 @@ KILL_ROUND, KILLED = 2, 3
 
 def kill_app() -> ClientApp:
     """The real ClientApp, except that partition KILLED's train message in round KILL_ROUND kills its worker process."""
-    app = ClientApp()
 
-    @app.train()
     def _train(msg: Message, context: Context) -> Message:
         if context.node_config["partition-id"] == KILLED and msg.content["config"]["server-round"] == KILL_ROUND:  # type: ignore[index]
             os.kill(os.getpid(), signal.SIGKILL)
         return handle_train(msg, context)
 
-    @app.evaluate()
-    def _evaluate(msg: Message, context: Context) -> Message:
-        return handle_evaluate(msg, context)
-
-    @app.query()
-    def _query(msg: Message, context: Context) -> Message:
-        return handle_query(msg, context)
-
-    return app
+    return app_with_train(_train)
 
 
 APP = kill_app()
