@@ -11,14 +11,22 @@ driver). Also the CPU seconds used during the train phase by the driver, each wo
 processes (GCS, raylet, ...): where the time goes. The runs share one local Ray (2 CPUs, its
 workers at this process's priority, as `fedapp run` starts it), started before them and not
 counted. Prints the machine's load average: on a shared machine the ratio is contended.
-Usage: python bench/engine_workers.py [--clients 20] [--epochs 1] [--rounds 6] [--only cnn|pews]
+
+The **ceiling** (CNN only): what two cores give two plain processes on the same work, no Ray and no
+driver. Round 2's train messages, captured from the one-process run, are delivered to the same
+ClientApp by one fresh process (all 20) and by two at once (10 each, the workers' shares), after
+one warm-up delivery each; the median of 3 timings. The gap between the ceiling and the workers'
+ratio is what shipping messages and replies through Ray, and the driver, cost.
+Usage: python bench/engine_workers.py [--clients 20] [--epochs 1 [5 ...]] [--rounds 6] [--only cnn|pews] [--no-ceiling]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import os
+import pickle
 import statistics
 import sys
 import tempfile
@@ -63,8 +71,8 @@ class Timed:
     ray: float
 
 
-def timed_run(cfg: dict[str, Any]) -> Timed:
-    """One run (as ``run_local`` does it), timed."""
+def timed_run(cfg: dict[str, Any], capture: list[Message] | None = None) -> Timed:
+    """One run (as ``run_local`` does it), timed; ``capture`` gets round 2's train messages."""
     from fedapp.client_app import app
 
     raw = full_config(cfg)
@@ -82,6 +90,8 @@ def timed_run(cfg: dict[str, Any]) -> Timed:
         wall = time.perf_counter() - start
         used = [cpu_seconds(pid) - b for pid, b in zip((os.getpid(), *workers, *ray_own), before, strict=True)]
         if messages and messages[0].metadata.message_type == MessageType.TRAIN:
+            if capture is not None and len(phases) == 1:
+                capture.extend(messages)
             phases.append((wall, used[0], used[1 : 1 + len(workers)], sum(used[1 + len(workers) :])))
         return replies
 
@@ -98,45 +108,101 @@ def timed_run(cfg: dict[str, Any]) -> Timed:
     )  # fmt: skip
 
 
+def deliver_share(raw: dict[str, Any], path: str, share: list[int], ready: Any, go: Any, out: Any) -> None:
+    """In a fresh process: the ClientApp's deliveries of the captured messages at ``share``, timed 3 times."""
+    import logging
+
+    from fedapp.client_app import app
+    from fedapp.engine.local_grid import LocalGrid
+
+    logging.disable(logging.CRITICAL)
+    messages = pickle.loads(Path(path).read_bytes())
+    grid = LocalGrid(app, raw, int(raw["num-clients"]), None)
+    mine = [messages[i] for i in share]
+    grid._deliver(mine[0])  # imports, data, the first step's allocations
+    ready.put(True)
+    go.wait()
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        for msg in mine:
+            grid._deliver(msg)
+        times.append(time.perf_counter() - start)
+    out.put(statistics.median(times))
+
+
+def ceiling(raw: dict[str, Any], messages: list[Message], processes: int, tmp: str) -> float:
+    """Seconds for the captured messages' deliveries split over ``processes`` plain processes running at once."""
+    path = str(Path(tmp) / "messages.pkl")
+    Path(path).write_bytes(pickle.dumps(messages))
+    ctx = mp.get_context("spawn")
+    ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    shares = [list(range(i, len(messages), processes)) for i in range(processes)]
+    procs = [ctx.Process(target=deliver_share, args=(raw, path, share, ready, go, out)) for share in shares]
+    for proc in procs:
+        proc.start()
+    for _ in procs:
+        ready.get(timeout=600)
+    go.set()
+    seconds = max(out.get(timeout=600) for _ in procs)
+    for proc in procs:
+        proc.join()
+    return seconds
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", type=int, default=20)
-    ap.add_argument("--epochs", type=int, default=1, help="local epochs of both workloads (more: a more training-bound round)")
+    ap.add_argument("--epochs", type=int, nargs="+", default=[1], help="local epochs, a run pair each (more: more training-bound)")
     ap.add_argument("--rounds", type=int, default=6, help="rounds per run; the means are over rounds 2..")
     ap.add_argument("--only", choices=("cnn", "pews"), help="one workload")
+    ap.add_argument("--no-ceiling", action="store_true", help="skip the plain-process ceiling")
     args = ap.parse_args()
-    common = {
-        "dataset": "digits", "partition": "iid", "num-clients": args.clients, "num-server-rounds": args.rounds,
-        "local-epochs": args.epochs, "lr": 0.05,
+    common = {"dataset": "digits", "partition": "iid", "num-clients": args.clients, "num-server-rounds": args.rounds, "lr": 0.05}
+    loads = {
+        "cnn": ("FedAvg CNN, client-batch 1", {**common, "model": "cnn"}),
+        "pews": ("FedPeWS MLP, client-batch 8", {**common, "method": "fedpews", "mlp-hidden": "64,64", "warmup-fraction": 1.0,
+                                                 "client-batch": 8}),
     }  # fmt: skip
-    cnn = {**common, "model": "cnn"}
-    pews = {**common, "method": "fedpews", "mlp-hidden": "64,64", "warmup-fraction": 1.0, "client-batch": 8}
     print(f"load average before: {os.getloadavg()}")
     start_local_ray(2)
+    results: list[tuple[str, dict[int, Timed], tuple[float, float] | None]] = []
     try:
-        results = []
         with tempfile.TemporaryDirectory() as tmp:
-            loads = {"cnn": ("FedAvg CNN, client-batch 1", cnn), "pews": ("FedPeWS MLP, client-batch 8", pews)}
-            for name, cfg in [loads[args.only]] if args.only else loads.values():
-                times = {}
-                for workers in (1, 2):
-                    start = time.perf_counter()
-                    t = times[workers] = timed_run({**cfg, "engine-workers": workers, "run-dir": str(Path(tmp) / f"{name[:6]}-{workers}")})
-                    cpu = " + ".join(f"{c:.3f}" for c in [t.driver, *t.workers, t.ray])
-                    print(
-                        f"{name}: {workers} worker(s): train phase {t.phase:.3f} s, round {t.round:.3f} s; train-phase CPU s "
-                        f"(driver{' + workers' if t.workers else ''} + Ray's own) {cpu} (run {time.perf_counter() - start:.1f} s)"
-                    )
-                results.append((name, times))
+            for epochs in args.epochs:
+                for key, (label, base) in loads.items():
+                    if args.only and key != args.only:
+                        continue
+                    name, cfg = f"{label}, {epochs} epoch(s)", {**base, "local-epochs": epochs}
+                    times: dict[int, Timed] = {}
+                    captured: list[Message] = []
+                    for workers in (1, 2):
+                        start = time.perf_counter()
+                        run_dir = str(Path(tmp) / f"{key}-{epochs}-{workers}")
+                        t = times[workers] = timed_run(
+                            {**cfg, "engine-workers": workers, "run-dir": run_dir}, captured if workers == 1 else None
+                        )
+                        cpu = " + ".join(f"{c:.3f}" for c in [t.driver, *t.workers, t.ray])
+                        print(
+                            f"{name}: {workers} worker(s): train phase {t.phase:.3f} s, round {t.round:.3f} s; train-phase CPU s "
+                            f"(driver{' + workers' if t.workers else ''} + Ray's own) {cpu} (run {time.perf_counter() - start:.1f} s)"
+                        )
+                    plain = None
+                    if key == "cnn" and not args.no_ceiling:
+                        raw = full_config({**cfg, "run-dir": str(Path(tmp) / "unused")})
+                        plain = (ceiling(raw, captured, 1, tmp), ceiling(raw, captured, 2, tmp))
+                        print(f"{name}: plain processes, the same deliveries: 1 process {plain[0]:.3f} s, 2 at once {plain[1]:.3f} s")
+                    results.append((name, times, plain))
     finally:
         ray.shutdown()
     print(f"load average after: {os.getloadavg()}")
-    for name, times in results:
+    for name, times, plain in results:
         one, two = times[1], times[2]
-        print(
+        line = (
             f"{name}: train phase {one.phase:.3f} s vs {two.phase:.3f} s: {one.phase / two.phase:.2f}x; "
             f"round {one.round:.3f} s vs {two.round:.3f} s: {one.round / two.round:.2f}x"
         )
+        print(line + (f"; ceiling (plain processes) {plain[0] / plain[1]:.2f}x" if plain else ""))
 
 
 if __name__ == "__main__":
