@@ -36,9 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from startup import copy_app  # noqa: E402
+from startup import copy_app, flwr_env  # noqa: E402
 
-from tests.flwr_harness import free_port, stop_superlink, toml_value  # noqa: E402
+from tests.flwr_harness import stop_superlink, toml_value  # noqa: E402
 
 PYPROJECT = """\
 [build-system]
@@ -196,14 +196,7 @@ def launch(kind: str, app: Path, work: Path, args: argparse.Namespace) -> list[f
     """`flwr run` ``app`` on ``args.clients`` SuperNodes; returns the times (s since launch) at which each round ended."""
     home, out = work / "flwr-home", work / "out"
     out.mkdir(parents=True)
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "FLWR_HOME": str(home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_TELEMETRY_ENABLED": "0",
-        "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_DISABLE_USAGE_STATS": "1", "RAY_ADDRESS": "local",
-        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()), "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
-        "FEDAPP_CACHE_DIR": str(work.parent / "index-cache"),
-    }  # fmt: skip
+    env = flwr_env(home, work.parent / "index-cache")
     common = {"num-server-rounds": args.rounds, "local-epochs": args.epochs, "num-clients": args.clients}
     if kind == "bare":
         config, done = {**common, "marker": str(out / "marker")}, out / "marker"

@@ -278,19 +278,25 @@ def first_round_done(kind: str, out: Path) -> bool:
     return metrics.exists() and metrics.read_text().endswith("\n")
 
 
+def flwr_env(home: Path, cache: Path) -> dict[str, str]:
+    """The environment of one bench `flwr run`: its own FLWR_HOME and ports (so its own local SuperLink),
+    a new local Ray, no dependency installation, fedapp's index cache at ``cache``."""
+    return {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "FLWR_HOME": str(home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_TELEMETRY_ENABLED": "0",
+        "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_DISABLE_USAGE_STATS": "1", "RAY_ADDRESS": "local",
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()), "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
+        "FEDAPP_CACHE_DIR": str(cache),
+    }  # fmt: skip
+
+
 def launch(kind: str, app: Path, work: Path, clients: int, cache: Path) -> tuple[float, float]:
     """`flwr run` ``app``; returns (seconds to the end of round 1, seconds to exit)."""
     home = work / "flwr-home"
     out = work / "out"
     out.mkdir(parents=True)
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "FLWR_HOME": str(home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_TELEMETRY_ENABLED": "0",
-        "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_DISABLE_USAGE_STATS": "1",
-        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()), "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
-        "FEDAPP_CACHE_DIR": str(cache),
-    }  # fmt: skip
+    env = flwr_env(home, cache)
     if kind == "bare":
         config = {"num-server-rounds": 2, "marker": str(out / "marker")}
     else:
