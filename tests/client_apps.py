@@ -8,20 +8,12 @@ from collections.abc import Callable
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from fedapp.client.handlers import handle_evaluate
-from fedapp.client.node_query import handle_query
+from fedapp import client_app
 
 
 def app_with_train(train: Callable[[Message, Context], Message]) -> ClientApp:
     app = ClientApp()
     app.train()(train)
-
-    @app.evaluate()
-    def _evaluate(msg: Message, context: Context) -> Message:
-        return handle_evaluate(msg, context)
-
-    @app.query()
-    def _query(msg: Message, context: Context) -> Message:
-        return handle_query(msg, context)
-
+    app.evaluate()(client_app.evaluate)  # the real app's handlers (its decorators return them unchanged)
+    app.query()(client_app.query)
     return app

@@ -49,7 +49,7 @@ def niceness(pid: int) -> int:
 def kill_ray_mid_round(run: Path, marker: Path) -> tuple[int, str]:
     """Start the run, wait for round 2's held message, kill every process below the driver; the driver's exit code and output."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    args = [sys.executable, "-m", "tests.ray_cluster_gone", json.dumps({**CFG, "run-dir": str(run)}), "2", str(marker)]
+    args = [sys.executable, "-m", "tests.held_round", json.dumps({**CFG, "run-dir": str(run)}), "2", str(marker)]
     proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     ray_pids: list[int] = []
     try:

@@ -182,46 +182,15 @@ def test_flwr_run_joins_the_ray_cluster_through_ray_address(cluster: Path) -> No
     ]
 
 
-NODE_KILL_DRIVER = """
-import sys, time
-from pathlib import Path
-import ray
-from flwr.app import Context, Message
-from fedapp.client.handlers import handle_train
-from fedapp.engine.ray_workers import RayGrid
-from fedapp.server.loop import serve
-from fedapp.sim.run_local import full_config
-from tests.client_apps import app_with_train
-
-marker, raw = Path(sys.argv[1]), full_config(eval(sys.argv[2]))
-
-def train(msg: Message, context: Context) -> Message:
-    # round 2 on the worker node: say so, then hold the round until the test kills the node
-    if msg.content["config"]["server-round"] == 2 and ray.util.get_node_ip_address() == {work_ip!r}:
-        marker.write_text(str(context.node_config["partition-id"]))
-        time.sleep(600)
-    return handle_train(msg, context)
-
-grid = RayGrid(app_with_train(train), raw, int(raw["num-clients"]))
-try:
-    serve(grid, raw, base=Path.cwd())
-finally:
-    grid.close()
-"""
-
-
 def test_a_ray_node_killed_mid_round_fails_only_its_clients_and_the_run_goes_on(cluster: Path) -> None:
     """Runs last: it kills the module's worker node. Its worker's clients of round 2 fail; a
     replacement cannot be placed (the head's one CPU is taken), so after the restart timeout its
     nodes go to the head's worker and round 3 trains all four clients there."""
     marker, run = cluster / "held", cluster / "node-kill"
     raw = {**RUN, "num-server-rounds": 3, "engine-workers": 2, "ray-address": f"{HEAD_IP}:6379", "run-dir": str(run)}
-    code = NODE_KILL_DRIVER.replace("{work_ip!r}", repr(WORK_IP))
     log = open(cluster / "node-kill.log", "wb")  # noqa: SIM115 - the driver's lifetime
-    driver = subprocess.Popen(
-        in_ns(HEAD_NS, sys.executable, "-c", code, str(marker), repr(raw)), cwd=ROOT, env=env(), stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )  # fmt: skip
+    cmd = in_ns(HEAD_NS, sys.executable, "-m", "tests.held_round", json.dumps(raw), "2", str(marker), WORK_IP)
+    driver = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         end = time.monotonic() + 300
         while not marker.exists() and driver.poll() is None and time.monotonic() < end:
