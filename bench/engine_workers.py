@@ -131,13 +131,11 @@ def deliver_share(raw: dict[str, Any], path: str, share: list[int], ready: Any, 
     out.put(statistics.median(times))
 
 
-def ceiling(raw: dict[str, Any], messages: list[Message], processes: int, tmp: str) -> float:
-    """Seconds for the captured messages' deliveries split over ``processes`` plain processes running at once."""
-    path = str(Path(tmp) / "messages.pkl")
-    Path(path).write_bytes(pickle.dumps(messages))
+def ceiling(raw: dict[str, Any], path: str, count: int, processes: int) -> float:
+    """Seconds for the ``count`` messages pickled at ``path`` delivered by ``processes`` plain processes at once."""
     ctx = mp.get_context("spawn")
     ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    shares = [list(range(i, len(messages), processes)) for i in range(processes)]
+    shares = [list(range(i, count, processes)) for i in range(processes)]
     procs = [ctx.Process(target=deliver_share, args=(raw, path, share, ready, go, out)) for share in shares]
     for proc in procs:
         proc.start()
@@ -190,7 +188,9 @@ def main() -> None:
                     plain = None
                     if key == "cnn" and not args.no_ceiling:
                         raw = full_config({**cfg, "run-dir": str(Path(tmp) / "unused")})
-                        plain = (ceiling(raw, captured, 1, tmp), ceiling(raw, captured, 2, tmp))
+                        path = Path(tmp) / "messages.pkl"
+                        path.write_bytes(pickle.dumps(captured))
+                        plain = (ceiling(raw, str(path), len(captured), 1), ceiling(raw, str(path), len(captured), 2))
                         print(f"{name}: plain processes, the same deliveries: 1 process {plain[0]:.3f} s, 2 at once {plain[1]:.3f} s")
                     results.append((name, times, plain))
     finally:

@@ -28,7 +28,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -36,36 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from startup import copy_app, flwr_env  # noqa: E402
+from startup import copy_app, flwr_env, write_app  # noqa: E402
 
 from tests.flwr_harness import stop_superlink, toml_value  # noqa: E402
-
-PYPROJECT = """\
-[build-system]
-requires = ["hatchling"]
-build-backend = "hatchling.build"
-
-[project]
-name = "baredigits"
-version = "1.0.0"
-dependencies = ["flwr[simulation]", "torch", "scikit-learn"]
-
-[tool.hatch.build.targets.wheel]
-packages = ["."]
-
-[tool.flwr.app]
-publisher = "bench"
-
-[tool.flwr.app.components]
-serverapp = "bare_server:app"
-clientapp = "bare_client:app"
-
-[tool.flwr.app.config]
-num-server-rounds = 2
-num-clients = 20
-local-epochs = 1
-marker = ""
-"""
 
 TASK = '''\
 """The CNN and data a user would write for digits: sklearn's load_digits, a stratified test split."""
@@ -177,10 +149,9 @@ def main(grid: Grid, context: Context) -> None:
 
 
 def write_bare_app(folder: Path) -> Path:
-    folder.mkdir(parents=True)
-    for name, text in {"pyproject.toml": PYPROJECT, "bare_task.py": TASK, "bare_client.py": CLIENT, "bare_server.py": SERVER}.items():
-        (folder / name).write_text(textwrap.dedent(text))
-    return folder
+    config = {"num-server-rounds": 2, "num-clients": 20, "local-epochs": 1, "marker": ""}
+    modules = {"bare_task.py": TASK, "bare_client.py": CLIENT, "bare_server.py": SERVER}
+    return write_app(folder, "baredigits", ["flwr[simulation]", "torch", "scikit-learn"], config, modules)
 
 
 def rounds_done(path: Path) -> int:

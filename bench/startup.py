@@ -46,15 +46,15 @@ sys.path.insert(0, str(ROOT))
 
 from tests.flwr_harness import free_port, stop_superlink, toml_value  # noqa: E402
 
-BARE_PYPROJECT = """\
+APP_PYPROJECT = """\
 [build-system]
 requires = ["hatchling"]
 build-backend = "hatchling.build"
 
 [project]
-name = "bareapp"
+name = "{name}"
 version = "1.0.0"
-dependencies = ["flwr[simulation]", "torch"]
+dependencies = [{dependencies}]
 
 [tool.hatch.build.targets.wheel]
 packages = ["."]
@@ -67,8 +67,7 @@ serverapp = "bare_server:app"
 clientapp = "bare_client:app"
 
 [tool.flwr.app.config]
-num-server-rounds = 2
-marker = ""
+{config}
 """
 
 BARE_TASK = '''\
@@ -246,13 +245,20 @@ def cold_seconds(kind: str, app: Path, work: Path, clients: int, cache: Path) ->
     return client, server_first, server_later
 
 
-def write_bare_app(folder: Path) -> Path:
+def write_app(folder: Path, name: str, dependencies: list[str], config: dict[str, object], modules: dict[str, str]) -> Path:
+    """A Flower app in ``folder``: its pyproject.toml (``bare_server:app``, ``bare_client:app``, the
+    run-config defaults ``config``) and ``modules`` (file name -> source)."""
     folder.mkdir(parents=True)
-    for name, text in {
-        "pyproject.toml": BARE_PYPROJECT, "bare_task.py": BARE_TASK, "bare_client.py": BARE_CLIENT, "bare_server.py": BARE_SERVER,
-    }.items():  # fmt: skip
-        (folder / name).write_text(textwrap.dedent(text))
+    defaults = "\n".join(f"{k} = {toml_value(v)}" for k, v in config.items())
+    pyproject = APP_PYPROJECT.format(name=name, dependencies=", ".join(f'"{d}"' for d in dependencies), config=defaults)
+    for file, text in {"pyproject.toml": pyproject, **modules}.items():
+        (folder / file).write_text(textwrap.dedent(text))
     return folder
+
+
+def write_bare_app(folder: Path) -> Path:
+    modules = {"bare_task.py": BARE_TASK, "bare_client.py": BARE_CLIENT, "bare_server.py": BARE_SERVER}
+    return write_app(folder, "bareapp", ["flwr[simulation]", "torch"], {"num-server-rounds": 2, "marker": ""}, modules)
 
 
 def copy_app(src: Path, dst: Path) -> Path:
