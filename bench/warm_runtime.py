@@ -47,6 +47,27 @@ def run_config(method: str, rounds: int, run_dir: Path) -> dict[str, Any]:
     return {**common, "num-clients": 2, "num-server-rounds": rounds, "method": method, "run-dir": str(run_dir), "round-timeout": 300.0}
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a live process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def long_lived(i: int) -> dict[str, float]:
+    """CPU seconds so far of node ``i``'s long-lived processes, by role (the rest of its cgroup's are
+    the per-message processes)."""
+    out: dict[str, float] = {}
+    for pid in cgroups.procs(f"{PREFIX}{i}"):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            role = next((r for r in ("flower-supernode", "warm_runtime", "flower-superexec", "deploy supernode") if r in cmd), None)
+            if role is not None:
+                out[role] = out.get(role, 0.0) + process_cpu(pid)
+        except OSError:
+            continue
+    return out
+
+
 def memory_peak(i: int) -> int:
     return int((cgroups.path("memory", f"{PREFIX}{i}") / "memory.max_usage_in_bytes").read_text())
 
@@ -68,6 +89,7 @@ def measure(runtime: str, methods: list[str], rounds: int, out: Path) -> dict[st
         for method in methods:
             run_dir = out / f"{method}-{runtime}"
             cpu0 = [cgroups.cpu_seconds(f"{PREFIX}{i}") for i in range(2)]
+            roles0 = [long_lived(i) for i in range(2)]
             for i in range(2):
                 reset_memory_peak(i)
             t0 = time.monotonic()
@@ -77,7 +99,10 @@ def measure(runtime: str, methods: list[str], rounds: int, out: Path) -> dict[st
             if len(got) != rounds:
                 raise SystemExit(f"{method} under {runtime}: {len(got)} of {rounds} rounds; log tail:\n{log[-2000:]}")
             cpu = [cgroups.cpu_seconds(f"{PREFIX}{i}") - cpu0[i] for i in range(2)]
-            results[method] = {"run_dir": run_dir, "wall": wall, "rows": got, "cpu": cpu, "peak": [memory_peak(i) for i in range(2)]}
+            roles = [{k: v - roles0[i].get(k, 0.0) for k, v in long_lived(i).items()} for i in range(2)]
+            results[method] = {
+                "run_dir": run_dir, "wall": wall, "rows": got, "cpu": cpu, "peak": [memory_peak(i) for i in range(2)], "roles": roles
+            }  # fmt: skip
     finally:
         fed.stop()
         for i in range(2):
@@ -108,6 +133,7 @@ def node_table(runtime: str, method: str, r: dict[str, Any]) -> list[dict[str, A
             "cpu_s_per_round": r["cpu"][i] / n, "train_s_per_round": train_s / n,
             "overhead_s_per_message": (r["cpu"][i] - train_s) / n_msgs, "peak_mb": r["peak"][i] / 2**20,
             "round_wall_s": sum(float(row["seconds"]) for row in r["rows"]) / n,
+            **{f"{role}_s_per_round": v / n for role, v in sorted(r["roles"][i].items())},
         })  # fmt: skip
     return out
 
@@ -136,11 +162,12 @@ def main() -> int:
         by_runtime[runtime] = measure(runtime, args.methods, args.rounds, args.out)
         for method in args.methods:
             table += node_table(runtime, method, by_runtime[runtime][method])
-    cols = list(table[0])
+    cols = list(dict.fromkeys(k for line in table for k in line))
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for line in table:
-        print("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in line.values()) + " |")
+        cells = [line.get(c, "-") for c in cols]
+        print("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in cells) + " |")
     for method in args.methods:
         f, w = by_runtime["flower"][method], by_runtime["warm"][method]
         cpu_ratio = sum(w["cpu"]) / sum(f["cpu"])

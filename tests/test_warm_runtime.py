@@ -33,6 +33,7 @@ RUN = {
     "num-clients": 2, "dataset": "digits", "partition": "0,1,2,3,4|5,6,7,8,9", "local-steps": 3, "lr": 0.3,
     "round-timeout": 60.0, "min-replies": 1,
 }  # fmt: skip
+TIERS = {0: ["--active-fraction", "1.0"], 1: ["--active-fraction", "0.4"]}  # FedSPU's share of neurons per node
 # node 1's device, as its owner would break it: the train message of round r does plan[r]
 FAULTS = """
 import json, os, sys
@@ -70,7 +71,7 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
     (tmp / "faults" / "sitecustomize.py").write_text(FAULTS)
     (tmp / "plan.json").write_text("{}")
     env = {"PYTHONPATH": str(tmp / "faults"), "FEDAPP_TEST_FAULTS": str(tmp / "plan.json")}
-    federation = Federation(tmp, 2, runtime="warm", node_env={FAULTY: env})
+    federation = Federation(tmp, 2, runtime="warm", node_env={FAULTY: env}, node_args=TIERS)
     try:
         yield federation.start()
     finally:
@@ -79,7 +80,7 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
 
 @pytest.fixture(scope="module")
 def flower(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
-    federation = Federation(tmp_path_factory.mktemp("flower"), 2, runtime="flower")
+    federation = Federation(tmp_path_factory.mktemp("flwr"), 2, runtime="flower", node_args=TIERS)  # "flwr": a run-dir as long as warm's
     try:
         yield federation.start()
     finally:
@@ -89,8 +90,14 @@ def flower(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
 @pytest.mark.parametrize("method", ["fedavg", "fedspu"])
 def test_the_warm_runtime_gives_flower_runtime_s_runs(warm: Federation, flower: Federation, method: str) -> None:
     cfg = {**RUN, "method": method, "num-server-rounds": 3}
-    for fed in (warm, flower):
-        log = fed.run({**cfg, "run-dir": str(fed.tmp / method)}, f"run-{method}")
+    procs = [(fed, fed.submit({**cfg, "run-dir": str(fed.tmp / method)}, f"run-{method}")) for fed in (warm, flower)]  # side by side
+    for fed, proc in procs:
+        try:
+            proc.wait(timeout=900)
+        finally:
+            stop_group(proc)
+            fed.runs.remove(proc)
+        log = (fed.tmp / f"run-{method}.log").read_text(errors="replace")
         assert [r["round"] for r in rows(fed.tmp / method)] == [1, 2, 3], log[-3000:]
         assert all(r["clients"] == 2 for r in rows(fed.tmp / method))
     assert outcome_rows(warm.tmp / method) == outcome_rows(flower.tmp / method)
@@ -136,8 +143,9 @@ def test_a_changed_app_bundle_runs_its_own_code(warm: Federation, tmp_path: Path
 
 
 PROBE_APP = '''
-"""A Flower app that sends one node 100 query messages, one after another; each reply says which
-process answered it, its parent, and the memory of the runtime's template and root at that moment."""
+"""A Flower app that sends one node 100 query messages at once (the node answers them one after another);
+each reply says which process answered it, its parent, and the memory of the runtime's template and root
+at that moment."""
 import json, os, time
 from pathlib import Path
 from flwr.app import ConfigRecord, Context, Message, RecordDict
@@ -159,7 +167,8 @@ def rss_kb(pid):
 def query(msg: Message, context: Context) -> Message:
     template = os.getppid()
     root = int(Path(f"/proc/{template}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    out = {"pid": os.getpid(), "template": template, "root": root, "template_kb": rss_kb(template), "root_kb": rss_kb(root)}
+    out = {"pid": os.getpid(), "template": template, "root": root, "template_kb": rss_kb(template), "root_kb": rss_kb(root),
+           "at": time.time()}
     return Message(RecordDict({"r": ConfigRecord(out)}), reply_to=msg)
 
 
@@ -169,11 +178,12 @@ def main(grid: Grid, context: Context) -> None:
     while not nodes:
         nodes = list(grid.get_node_ids())
         time.sleep(1)
-    seen = []
-    for k in range(int(context.run_config["messages"])):
-        msg = Message(RecordDict({"c": ConfigRecord({"k": k})}), dst_node_id=sorted(nodes)[0], message_type="query")
-        (reply,) = grid.send_and_receive([msg], timeout=120)
-        seen.append(dict(reply.content["r"]))
+    msgs = [
+        Message(RecordDict({"c": ConfigRecord({"k": k})}), dst_node_id=sorted(nodes)[0], message_type="query")
+        for k in range(int(context.run_config["messages"]))
+    ]
+    replies = grid.send_and_receive(msgs, timeout=900)  # all at once: the node takes them one after another
+    seen = sorted((dict(r.content["r"]) for r in replies if not r.has_error()), key=lambda r: r["at"])
     Path(str(context.run_config["out"])).write_text(json.dumps(seen))
 '''
 PROBE_TOML = """
@@ -213,7 +223,7 @@ def test_runtime_memory_is_flat_over_100_messages_each_in_its_own_process(tmp_pa
         assert len({s["pid"] for s in seen}) == 100  # a process per message
         assert len({s["template"] for s in seen[1:]}) == 1  # the first is cold (forked from the root); then one template
         root = seen[1]["root"]
-        assert {s["root"] for s in seen} == {root} and seen[0]["template"] == root
+        assert {s["root"] for s in seen[1:]} == {root} and seen[0]["template"] == root  # the cold one's parent is the root
         for key in ("template_kb", "root_kb"):
             grown = seen[-1][key] - seen[10][key]
             assert grown < 2048, f"{key}: {seen[10][key]} kB at message 11, {seen[-1][key]} kB at message 100"

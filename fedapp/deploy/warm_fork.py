@@ -181,6 +181,9 @@ def template_main(bundle: Bundle, dial: Dial, tokens_fd: int) -> NoReturn:
     signal.signal(signal.SIGINT, stop)
     try:
         app = preload_bundle(bundle)
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():  # a fork of it could not use CUDA: serve no task
+            raise RuntimeError("loading the bundle started CUDA in the template; its tasks start cold")
     except BaseException:
         print(f"fedapp warm runtime: bundle {bundle.fab_hash[:12]} could not be preloaded; its tasks start cold", file=sys.stderr)
         traceback.print_exc()
