@@ -214,6 +214,7 @@ def test_runtime_memory_is_flat_over_100_messages_each_in_its_own_process(tmp_pa
     (app / "probe_app.py").write_text(PROBE_APP)
     (app / "pyproject.toml").write_text(PROBE_TOML)
     fed = Federation(tmp, 1, runtime="warm", node_args={0: ["--runtime-poll-interval", "0.05"]})
+    alive: list[int] = []
     try:
         fed.start()
         proc = fed.submit({"out": str(tmp / "seen.json")}, "run-probe", app=app)
@@ -227,7 +228,7 @@ def test_runtime_memory_is_flat_over_100_messages_each_in_its_own_process(tmp_pa
         for key in ("template_kb", "root_kb"):
             grown = seen[-1][key] - seen[10][key]
             assert grown < 2048, f"{key}: {seen[10][key]} kB at message 11, {seen[-1][key]} kB at message 100"
-        alive = [p for p in (root, seen[-1]["template"]) if "warm_runtime" in cmdline(p)]
+        alive += [p for p in (root, seen[-1]["template"]) if "warm_runtime" in cmdline(p)]
         assert len(alive) == 2, "the root and the template run between messages"
         supervisor = fed.nodes.pop(0)  # the SuperNode stops as an operator stops it: SIGTERM to `fedapp deploy supernode`
         supervisor.send_signal(signal.SIGTERM)
@@ -235,3 +236,6 @@ def test_runtime_memory_is_flat_over_100_messages_each_in_its_own_process(tmp_pa
         Federation.wait_for(lambda: not [p for p in alive if "warm_runtime" in cmdline(p)], 30, "the runtime's processes to end")
     finally:
         fed.stop()
+        for pid in alive:  # what a failed check above left running: ours, by pid and command line
+            if "warm_runtime" in cmdline(pid):
+                os.kill(pid, signal.SIGKILL)
