@@ -37,7 +37,7 @@ from fedapp.deploy import warm_fork
 from fedapp.deploy.warm_fork import Bundle, Dial
 
 DEFAULT_PRELOAD = (
-    "torch", "torch._dynamo", "numpy", "flwr.supernode.runtime.run_clientapp", "flwr.clientapp", "tomli",
+    "torch", "torch._dynamo", "numpy", "numpy.ma", "sklearn.datasets", "flwr.supernode.runtime.run_clientapp", "flwr.clientapp", "tomli",
     "fedapp.client_app", "fedapp.client.handlers", "fedapp.client.node_query",
 )  # fmt: skip
 APP_PACKAGES = ("fedapp", "client_app", "server_app")  # the bundle brings its own copies of these
