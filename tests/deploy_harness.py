@@ -97,6 +97,9 @@ class Federation:
     nodes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     runs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     node_env: dict[int, dict[str, str]] = field(default_factory=dict)  # extra environment of node i's processes
+    runtime: str = "warm"  # each SuperNode's ClientApp runtime: fedapp's warm one, or Flower's process per message
+    node_args: dict[int, list[str]] = field(default_factory=dict)  # extra `fedapp deploy supernode` arguments of node i
+    cgroup_prefix: str | None = None  # node i's processes in cgroup <prefix><i> (made by the caller: fedapp.fleet.cgroups)
 
     def __post_init__(self) -> None:
         find_nginx()  # the secure shape needs it: fail here, naming the package, rather than time out
@@ -110,13 +113,21 @@ class Federation:
         write_connection(CONNECTION, f"127.0.0.1:{self.control_port}", self.tls.ca_cert, self.home, default=True)
 
     # -- processes ----------------------------------------------------------------------
-    def _spawn(self, argv: list[str], log: Path, home: Path, ns: str | None, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, argv: list[str], log: Path, home: Path, ns: str | None, env: dict[str, str] | None = None, cgroup: str | None = None
+    ) -> subprocess.Popen[bytes]:
         if ns is not None:
             argv = ["ip", "netns", "exec", ns, *argv]
+        join = None
+        if cgroup is not None:
+            from fedapp.fleet.cgroups import join as join_cgroup
+
+            join = lambda: join_cgroup(cgroup)  # noqa: E731
         with log.open("ab") as fh:
             return subprocess.Popen(
-                argv, cwd=ROOT, env={**base_env(home), **(env or {})}, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
-            )
+                argv, cwd=ROOT, env={**base_env(home), **(env or {})}, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=join,
+            )  # fmt: skip
 
     def start_superlink(self) -> None:
         argv = [PY, "-m", "fedapp", "deploy", "superlink", "--tls", str(self.tls.ca_cert.parent), "--database", str(self.tmp / "state.db")]
@@ -149,6 +160,7 @@ class Federation:
         argv = [PY, "-m", "fedapp", "deploy", "supernode", "--superlink", self.superlink_address(i), "--ca", str(self.tls.ca_cert)]
         argv += ["--key", str(key), "--partition-id", str(i if partition is None else partition), "--num-partitions", str(self.num_nodes)]
         argv += ["--state-dir", str(node_dir / "state"), "--tier", "edge", "--device-name", f"board-{i}", "--port", str(free_port())]
+        argv += ["--runtime", self.runtime, *self.node_args.get(i, [])]
         return argv + (["--restart-delay", "5"] if restart else ["--no-restart"])
 
     def start_node(self, i: int, key: Path | None = None, partition: int | None = None) -> None:
@@ -157,7 +169,8 @@ class Federation:
         node_dir.mkdir(exist_ok=True)
         ns = self.netns.node(i) if self.netns else None
         argv = self.node_argv(i, self.keys[i][0] if key is None else key, partition=partition)
-        self.nodes[i] = self._spawn(argv, node_dir / "log", node_dir / "flwr-home", ns, self.node_env.get(i))
+        cgroup = None if self.cgroup_prefix is None else f"{self.cgroup_prefix}{i}"
+        self.nodes[i] = self._spawn(argv, node_dir / "log", node_dir / "flwr-home", ns, self.node_env.get(i), cgroup)
 
     def start(self) -> Federation:
         self.start_superlink()
@@ -212,11 +225,11 @@ class Federation:
             time.sleep(1.0)
 
     # -- runs -------------------------------------------------------------------------------
-    def submit(self, run_config: dict[str, object], log_name: str) -> subprocess.Popen[bytes]:
-        """`flwr run <checkout> fedtest --stream --run-config ...`; the FAB is built from the session's copy of
-        the checkout (tests/flwr_harness.py), which has no .venv for the build to walk."""
+    def submit(self, run_config: dict[str, object], log_name: str, app: Path | None = None) -> subprocess.Popen[bytes]:
+        """`flwr run <app> fedtest --stream --run-config ...`; by default the FAB is built from the session's copy
+        of the checkout (tests/flwr_harness.py), which has no .venv for the build to walk."""
         overrides = " ".join(f"{k}={toml_value(v)}" for k, v in run_config.items())
-        argv = [FLWR, "run", str(shared_checkout()), CONNECTION, "--stream", "--run-config", overrides]
+        argv = [FLWR, "run", str(app or shared_checkout()), CONNECTION, "--stream", "--run-config", overrides]
         proc = self._spawn(argv, self.tmp / f"{log_name}.log", self.home, self.netns.link if self.netns else None)
         self.runs.append(proc)
         return proc

@@ -224,7 +224,22 @@ def test_supernode_insecure_with_a_key_or_ca_is_refused_not_dropped(tmp_path: Pa
     assert main([*node, "--insecure", "--ca", str(tls.ca_cert)]) == 2
     assert capsys.readouterr().err.count("drop --ca and --key, or drop --insecure") == 2
     assert main([*node, "--insecure"]) == 0
-    assert shlex.split(capsys.readouterr().out)[-1] == "--insecure"
+    assert shlex.split(capsys.readouterr().out.splitlines()[0])[-1] == "--insecure"
+
+
+def test_supernode_runs_its_messages_in_the_warm_runtime_unless_told_flower_s(capsys: pytest.CaptureFixture[str]) -> None:
+    from flwr.supernode.cli.flower_supernode import _parse_args_run_supernode
+
+    node = ["deploy", "supernode", "--superlink", "h:1", "--partition-id", "0", "--num-partitions", "1", "--state-dir", "s"]
+    assert main([*node, "--insecure", "--port", "9111", "--dry-run"]) == 0
+    supernode, runtime = capsys.readouterr().out.splitlines()
+    assert _parse_args_run_supernode().parse_args(shlex.split(supernode)[1:]).isolation == "process"  # Flower launches nothing itself
+    assert shlex.split(runtime)[1:] == ["-m", "fedapp.deploy.warm_runtime", "--runtime-api-address", "127.0.0.1:9111", "--insecure"]
+    assert main([*node, "--insecure", "--runtime", "flower", "--dry-run"]) == 0
+    (only,) = capsys.readouterr().out.splitlines()
+    assert _parse_args_run_supernode().parse_args(shlex.split(only)[1:]).isolation == "subprocess"  # Flower's default
+    assert main([*node, "--insecure", "--runtime", "flower", "--runtime-poll-interval", "0.5", "--dry-run"]) == 2
+    assert "--runtime-poll-interval is the warm runtime's" in capsys.readouterr().err
 
 
 def test_default_shape_binds_the_superlink_to_loopback_behind_a_valid_proxy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -130,7 +130,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
 
 
 def cmd_supernode(args: argparse.Namespace) -> int:
-    from fedapp.deploy.commands import supernode_argv
+    from fedapp.deploy.commands import supernode_argv, warm_runtime_argv
 
     if args.insecure:
         if args.ca is not None or args.key is not None:
@@ -142,11 +142,16 @@ def cmd_supernode(args: argparse.Namespace) -> int:
         ca, key = args.ca, args.key
     node = {
         "partition-id": args.partition_id, "num-partitions": args.num_partitions, "data-root": args.data_root,
-        "state-dir": str(Path(args.state_dir).resolve()), "tier": args.tier, "device-name": args.device_name,
+        "state-dir": str(Path(args.state_dir).resolve()), "tier": args.tier, "active-fraction": args.active_fraction,
+        "device-name": args.device_name,
         "device": args.device,
         "energy-sysfs-root": args.energy_sysfs_root, "energy-tegrastats": args.energy_tegrastats,
     }  # fmt: skip
-    return _run([supernode_argv(superlink=args.superlink, node_config=node, ca=ca, key=key, port=args.port)], args)
+    argv = supernode_argv(superlink=args.superlink, node_config=node, ca=ca, key=key, port=args.port, runtime=args.runtime)
+    if args.runtime_poll_interval is not None and args.runtime != "warm":
+        raise DeployError("--runtime-poll-interval is the warm runtime's: drop it, or use --runtime warm")
+    respawn = [warm_runtime_argv(args.port, args.runtime_poll_interval)] if args.runtime == "warm" else None
+    return _run([argv], args, respawn=respawn)
 
 
 def _process_flags(p: argparse.ArgumentParser) -> None:
@@ -226,11 +231,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--state-dir", required=True, help="where client state persists (masks, personal parameters, flags)")
     p.add_argument("--data-root", default=None, help="dataset folder on this device (overrides the run-config's data-root)")
     p.add_argument("--tier", default=None, help="device tier reported to the server (e.g. low, mid, high)")
+    p.add_argument(
+        "--active-fraction", type=float, default=None, help="this node's share of neurons for FedSPU/FjORD/FedDrop (wins over --tier)"
+    )
     p.add_argument("--device-name", default=socket.gethostname(), help="name reported to the server (default: this host's name)")
     p.add_argument("--device", default=None, help="torch device to train on (auto, cpu, cuda, cuda:N, mps); wins over the run-config")
     p.add_argument("--energy-sysfs-root", help="sysfs root the jetson and rapl meters read (default /sys; a host /sys in a container)")
     p.add_argument("--energy-tegrastats", help="tegrastats command (--interval is appended) or a --logfile to follow (default tegrastats)")
     p.add_argument("--port", type=int, default=9094, help="local runtime API port; unique per SuperNode on one host")
+    p.add_argument(
+        "--runtime", choices=("warm", "flower"), default="warm",
+        help="warm (default): each message in a process forked from one that keeps Python, torch and the app loaded; "
+        "flower: Flower's fresh flwr-clientapp process per message (docs/deploy.md, 'Warm runtime')",
+    )  # fmt: skip
+    p.add_argument(
+        "--runtime-poll-interval", type=float, default=None, metavar="SECONDS",
+        help="how often the warm runtime asks the SuperNode for a task (default 1, as Flower's runtime)",
+    )  # fmt: skip
     _process_flags(p)
     p.add_argument("--insecure", action="store_true", help="plain HTTP, no node authentication (no --ca, no --key): closed test networks")
     p.set_defaults(fn=cmd_supernode)

@@ -107,22 +107,39 @@ def check_partition(pid: object, num: object) -> None:
         )
 
 
+RUNTIMES = ("warm", "flower")
+
+
 def supernode_argv(
-    *, superlink: str, node_config: dict[str, object], ca: str | Path | None, key: str | Path | None, port: int = 9094
-) -> list[str]:
+    *, superlink: str, node_config: dict[str, object], ca: str | Path | None, key: str | Path | None, port: int = 9094,
+    runtime: str = "warm",
+) -> list[str]:  # fmt: skip
     """``ca`` None means plain HTTP (insecure); ``key`` None lets the node register itself
-    (accepted only by a SuperLink without ``--enable-supernode-auth``)."""
+    (accepted only by a SuperLink without ``--enable-supernode-auth``). ``runtime = "warm"``: the
+    SuperNode runs under ``--isolation process`` and ``warm_runtime_argv`` runs its messages;
+    ``"flower"``: Flower's own per-message ``flwr-clientapp`` process."""
     for k in ("partition-id", "num-partitions", "state-dir"):
         if node_config.get(k) in (None, ""):
             raise DeployError(f"node-config {k} is required")
+    if runtime not in RUNTIMES:
+        raise DeployError(f"runtime {runtime!r}: expected one of {', '.join(RUNTIMES)}")
     check_partition(node_config["partition-id"], node_config["num-partitions"])
     argv = [flower_exe("flower-supernode"), "--superlink", superlink, "--port", str(port), "--node-config", node_config_arg(node_config)]
+    if runtime == "warm":
+        argv += ["--isolation", "process"]
     if ca is None:
         if key is not None:
             raise DeployError("an authentication key needs TLS: give the CA certificate, or drop the key as well")
         return [*argv, "--insecure"]
     argv += ["--root-certificates", _need(Path(ca), "CA certificate")]
     return [*argv, "--auth-supernode-private-key", check_private(key, "SuperNode private key")] if key is not None else argv
+
+
+def warm_runtime_argv(port: int = 9094, poll_interval: float | None = None) -> list[str]:
+    """fedapp's warm ClientApp runtime for the SuperNode whose Runtime API is on loopback ``port``
+    (``supernode_argv(..., runtime="warm")``; plain HTTP: that API is served on this machine only)."""
+    argv = [sys.executable, "-m", "fedapp.deploy.warm_runtime", "--runtime-api-address", f"127.0.0.1:{port}", "--insecure"]
+    return argv if poll_interval is None else [*argv, "--poll-interval", str(poll_interval)]
 
 
 def registration(arg: str) -> tuple[str, str]:

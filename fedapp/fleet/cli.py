@@ -16,7 +16,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)  # a bad profile is named before anything is created
     base = overrides_of(args.config)
     runs = [base, *({**base, **overrides_of([extra])} for extra in args.also)]
-    return run_fleet(profile, runs, Path(args.app), args.probe_kb, args.images)
+    return run_fleet(profile, runs, Path(args.app), args.probe_kb, args.images, args.runtime)
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
@@ -45,6 +45,10 @@ def add_fleet(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     r.add_argument(
         "--images", metavar="TAG", default=None,
         help="run the SuperLink and SuperNodes from the images scripts/images.sh built with this tag (buildah), not from this installation",
+    )  # fmt: skip
+    r.add_argument(
+        "--runtime", choices=("warm", "flower"), default="warm",
+        help="each node's ClientApp runtime: warm (default, fedapp's forked one) or flower (a fresh process per message)",
     )  # fmt: skip
     r.add_argument(
         "--also", action="append", default=[], metavar="OVERRIDES",

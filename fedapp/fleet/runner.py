@@ -60,8 +60,10 @@ def copy_app(app: Path, dest: Path) -> Path:
 
 
 class Fleet:
-    def __init__(self, profile: Profile, work: Path, prefix: str, image_tag: str | None = None, binds: Sequence[Path] = ()):
-        self.image_tag, self.binds = image_tag, [work, *binds]
+    def __init__(
+        self, profile: Profile, work: Path, prefix: str, image_tag: str | None = None, binds: Sequence[Path] = (), runtime: str = "warm"
+    ):
+        self.image_tag, self.binds, self.runtime = image_tag, [work, *binds], runtime
         self.roots: dict[str, Path] = {}  # namespace -> the mounted image its device processes run from (--images)
         self.classes: list[DeviceClass] = profile.nodes()
         self.profile, self.work, self.prefix = profile, work, prefix
@@ -133,7 +135,7 @@ class Fleet:
                 raise FleetError(f"registering node {i} failed: {self.log(f'register-{i}.log')[-800:]}")
 
     def start_nodes(self) -> None:
-        from fedapp.deploy.commands import supernode_argv
+        from fedapp.deploy.commands import supernode_argv, warm_runtime_argv
 
         for i, (ns, c) in enumerate(zip(self.nodes, self.classes, strict=True)):
             node_dir = self.work / f"node-{i}"
@@ -143,8 +145,12 @@ class Fleet:
                 "device-name": f"{c.name}-{i}", "active-fraction": c.active_fraction,
             }  # fmt: skip
             link = f"{net.link_address(i)}:{PROXY_PORT}"
-            argv = supernode_argv(superlink=link, node_config=config, ca=self.tls.ca_cert, key=self.keys[i][0], port=NODE_PORT)
+            argv = supernode_argv(
+                superlink=link, node_config=config, ca=self.tls.ca_cert, key=self.keys[i][0], port=NODE_PORT, runtime=self.runtime
+            )
             self.spawn(ns, argv, f"node-{i}.log", cgroup=ns, device=True)
+            if self.runtime == "warm":  # its ClientApp runtime, in the node's namespace and cgroup (its CPU is the node's)
+                self.spawn(ns, warm_runtime_argv(NODE_PORT), f"node-{i}.log", cgroup=ns, device=True)
 
     def online(self) -> int:
         flwr = str(Path(sys.executable).with_name("flwr"))
@@ -280,7 +286,9 @@ def _raise_stop(signum: int, _frame: FrameType | None) -> None:
     raise Stopped(signal.Signals(signum).name)
 
 
-def run_fleet(profile: Profile, runs: Sequence[Mapping[str, Any]], app: Path, probe_kb: int = 0, image_tag: str | None = None) -> int:
+def run_fleet(
+    profile: Profile, runs: Sequence[Mapping[str, Any]], app: Path, probe_kb: int = 0, image_tag: str | None = None, runtime: str = "warm"
+) -> int:
     """The whole `fedapp fleet run`: each of ``runs`` (run-config overrides) one after another on
     one fleet; returns the exit code (1 when any run failed). With ``image_tag`` the SuperLink and
     the SuperNodes run from the built images of that tag (fedapp.fleet.images)."""
@@ -300,7 +308,7 @@ def run_fleet(profile: Profile, runs: Sequence[Mapping[str, Any]], app: Path, pr
     prefix = prefix_of(os.getpid())
     work = Path("/tmp") / f"{prefix}work"
     old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGINT)}
-    fleet = Fleet(profile, work, prefix, image_tag, run_dirs)
+    fleet = Fleet(profile, work, prefix, image_tag, run_dirs, runtime)
     try:
         work.mkdir(mode=0o700)
         for run_dir in run_dirs if image_tag is not None else ():  # bound into the SuperLink's image, so made first
