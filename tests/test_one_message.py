@@ -74,13 +74,19 @@ class Recording(LocalGrid):
         out = {}
         for pid in range(N):
             extra = {"active-fraction": self.tiers[pid * len(self.tiers) // N]} if self.tiers else {}
-            config = {"run-token": ckpt.token, "run-dir": str(self.run_dir), **extra, "server-round": rnd, "partition-id": pid}
+            config: dict[str, Any] = {
+                "run-token": ckpt.token,
+                "run-dir": str(self.run_dir),
+                **extra,
+                "server-round": rnd,
+                "partition-id": pid,
+            }
             msg = Message(
                 RecordDict({"arrays": record, "config": ConfigRecord(config)}),
                 dst_node_id=1000 + pid, message_type=MessageType.EVALUATE, group_id=str(rnd),
             )  # fmt: skip
             reply = handle_evaluate(msg, copy.deepcopy(self.contexts[1000 + pid]))
-            out[pid] = dict(reply.content.metric_records["metrics"])
+            out[pid] = {k: float(v) for k, v in reply.content.metric_records["metrics"].items()}  # type: ignore[arg-type]
         return out
 
 
@@ -117,7 +123,7 @@ def expected_evaluations(kind: str, trained: dict[int, set[int]], dense: set[tup
 
 # (run-config, kind, whether the evaluation reads the whole model): FedSPU and FedDrop read none of it
 # (their stored model), FjORD its width's sub-model (what its train messages carry)
-METHODS = [
+METHODS: list[tuple[dict[str, Any], str, bool]] = [
     ({"method": "fedspu"}, "stands", False),
     ({"method": "feddrop"}, "stands", False),
     ({"method": "fjord"}, "received", False),
