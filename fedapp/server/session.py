@@ -163,6 +163,7 @@ class RunSession:
     lineage: str = field(init=False)  # the lineage of starts the client state keys on ("": one start)
     run_config: ConfigRecord = field(init=False)
     ledger: Ledger = field(default_factory=Ledger, init=False)
+    book: ScoreBook = field(init=False)  # the clients' personalised scores (the strategy's train messages ask for them)
     pending: Pending | None = field(default=None, init=False)  # the last round's row while it waits for scores (fedapp.server.scores)
 
     def open(self, run_log: RunLog, provenance: dict[str, Any] | None) -> None:
@@ -202,7 +203,7 @@ class RunSession:
         self.policy = self.method.server(cfg, self.params, self.initial, self.roster.info, self.model)
         scale = reply_checks.scales(self.initial)  # the step bound's unit, from the initial model in every round (also on resume)
         refresh = lambda: self.roster.refresh(cfg.round_timeout)  # noqa: E731
-        book = ScoreBook(self.policy, cfg)
+        self.book = book = ScoreBook(self.policy, cfg)
         self.strategy = MaskedStrategy(cfg, self.policy, self.roster.nodes, refresh, None if ckpt is None else ckpt.rng, scale, book)
         self.arrays, first, self.token, self.done, lineage = self.initial, 1, checkpoint.new_token(cfg.run_dir), False, Lineage()
         if ckpt is not None:
@@ -227,22 +228,22 @@ class RunSession:
         last round), the metrics row (or a pending one, fedapp.server.scores), the checkpoint."""
         cfg, grid, strategy = self.cfg, self.grid, self.strategy
         start, t_start = time.perf_counter(), time.time()
-        book = strategy.book
+        book = self.book
         book.ask_before(self.pending)
         train_msgs = strategy.configure_train(rnd, self.record, self.run_config, grid)
         result = strategy.aggregate_train(rnd, stop_on_config_errors(strategy.exchange(grid, list(train_msgs), rnd)))
         if self.pending is not None:  # the previous round's row: the scores this round's train replies carried, then the rest
-            self.collect(self.pending, result.stats.scores.get(score_keys.BEFORE, {}), strategy.sent_nodes)
+            self.collect(self.pending, result.stats.scores.get(score_keys.BEFORE, {}), result.stats.sent_nodes)
             self.write(self.pending)
             self.pending = None
         if result.arrays is not None:  # else the model stays: record and arrays as they were
             self.record = result.arrays
             self.arrays = result.values if result.values is not None else wire.from_record(result.arrays)
-        book.after_training(strategy.sent_nodes, result.stats.scores.get(score_keys.AFTER, {}))
+        book.after_training(result.stats.sent_nodes, result.stats.scores.get(score_keys.AFTER, {}))
         self.done = self.policy.finished(rnd)
         pending = Pending(rnd, [], 0, result.stats.client_metrics, (0.0, t_start, 0.0), sorted(result.method_metrics), [])
         if book.on and strategy.personal_eval_round(rnd):
-            nodes = dict(strategy.nodes)
+            nodes = result.stats.online
             pending.order = sorted(nodes)
             for pid in pending.order:
                 if (score := book.stands(pid, nodes[pid])) is not None:
@@ -288,7 +289,7 @@ class RunSession:
             msgs = list(strategy.configure_evaluate(pending.round, self.record, self.run_config, self.grid, rest))
             replies = stop_on_config_errors(self.grid.send_and_receive(msgs, timeout=self.cfg.round_timeout))
             evaluated, dropped = strategy.check_evals(replies)
-            strategy.book.after_evaluation(rest, evaluated)
+            self.book.after_evaluation(rest, evaluated)
             pending.known.update(evaluated)
             pending.reasons += dropped
         pending.need = {}

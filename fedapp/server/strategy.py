@@ -62,6 +62,8 @@ class RoundStats:
     downlink: dict[str, Any] | None = None  # downlink = selected: who got the full model, a catch-up, a cache-miss resend
     scores: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)  # score_keys.BEFORE/AFTER -> pid -> its score
     messages: dict[str, int] = field(default_factory=lambda: {"train": 0, "evaluate": 0})  # messages sent while the round played
+    online: dict[int, int] = field(default_factory=dict)  # partition -> node of every node online this round
+    sent_nodes: dict[int, int] = field(default_factory=dict)  # partition -> node its train message went to
 
     def row(self, more_reasons: Iterable[str] = ()) -> dict[str, Any]:
         """The row's core round keys; ``more_reasons`` (the evaluation's) follow this round's own."""
@@ -161,9 +163,9 @@ class MaskedStrategy(Strategy):
             self.nodes = self.refresh()
         self.configured += 1
         chosen = self.policy.select(server_round, sorted(self.nodes), self.rng)
-        self.stats = RoundStats()
         self.sent_pids = list(chosen)
         self.sent_nodes = {pid: self.nodes[pid] for pid in chosen}
+        self.stats = RoundStats(online=dict(self.nodes), sent_nodes=dict(self.sent_nodes))
         self.tasks = {}
         sent_np, arrays = self.on_wire(arrays)
         self.record = arrays
