@@ -3,7 +3,7 @@ and keep what each run produced, so a refactor can be checked bit for bit agains
 before it.
 
     PYTHONPATH=. .venv/bin/python scripts/config_snapshot.py run OUT [--only NAME ...] [--set KEY=VALUE ...]
-    PYTHONPATH=. .venv/bin/python scripts/config_snapshot.py compare BEFORE AFTER [--new-keys anomaly,...]
+    PYTHONPATH=. .venv/bin/python scripts/config_snapshot.py compare BEFORE AFTER [--new-keys anomaly,...] [--skip-keys mb_total,...]
 
 ``run`` writes OUT/<config>/metrics.jsonl, model.npz and config.json (``--only`` adds to an
 existing OUT, replacing those configs' folders), and OUT/status.json after every config.
@@ -12,7 +12,8 @@ Configs that read real datasets get small files generated in the real on-disk fo
 ``--set client-batch=8`` to check the batched engine); a config whose dataset has no loader here (speech-commands) is
 listed as skipped.
 ``compare`` checks every metrics row without its timing keys (tests/run_rows.py) and every
-model array for exact equality, and exits 1 on any difference.
+model array for exact equality, and exits 1 on any difference; ``--skip-keys`` leaves row keys
+out where a change alters them on purpose (the wire counters of a change that sends fewer messages).
 """
 
 from __future__ import annotations
@@ -89,9 +90,9 @@ def run_all(out: Path, only: list[str], settings: dict[str, object] | None = Non
     return 0 if all(s == "ok" or s.startswith("skipped") for s in status.values()) else 1
 
 
-def compare(before: Path, after: Path, new_keys: frozenset[str] = frozenset()) -> int:
+def compare(before: Path, after: Path, new_keys: frozenset[str] = frozenset(), skip: frozenset[str] = frozenset()) -> int:
     """Exit status 1 on any difference; ``new_keys``: row keys the code after added on purpose
-    (present only in AFTER's rows), left out of the comparison."""
+    (present only in AFTER's rows), and ``skip``: row keys, left out of the comparison."""
     old = json.loads((before / "status.json").read_text())
     new = json.loads((after / "status.json").read_text())
     bad = 0
@@ -101,9 +102,9 @@ def compare(before: Path, after: Path, new_keys: frozenset[str] = frozenset()) -
             bad += old.get(name) != new.get(name)
             continue
         diffs = []
-        a_rows = outcome_rows(before / name)
+        a_rows = outcome_rows(before / name, skip)
         added = {k for k in new_keys if all(k not in a for a in a_rows)}
-        b_rows = [{k: v for k, v in row.items() if k not in added} for row in outcome_rows(after / name)]
+        b_rows = [{k: v for k, v in row.items() if k not in added} for row in outcome_rows(after / name, skip)]
         if a_rows != b_rows:
             keys = sorted({k for a, b in zip(a_rows, b_rows, strict=False) for k in set(a) | set(b) if a.get(k) != b.get(k)})
             diffs.append(f"metrics differ ({len(a_rows)} vs {len(b_rows)} rows; keys {keys})")
@@ -142,10 +143,12 @@ def main() -> int:
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
     c.add_argument("--new-keys", default="", help="comma list of row keys AFTER added on purpose (ignored where BEFORE lacks them)")
+    c.add_argument("--skip-keys", default="", help="comma list of row keys left out of the comparison")
     args = p.parse_args()
     if args.cmd == "run":
         return run_all(args.out.resolve(), args.only, parse_settings(args.set))
-    return compare(args.before, args.after, frozenset(k for k in args.new_keys.split(",") if k))
+    keys = frozenset(k for k in args.new_keys.split(",") if k)
+    return compare(args.before, args.after, keys, frozenset(k for k in args.skip_keys.split(",") if k))
 
 
 if __name__ == "__main__":

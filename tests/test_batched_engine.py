@@ -161,14 +161,15 @@ def assert_close(a: Any, b: Any, where: str) -> None:
 
 def wire_view(grid: RecordingGrid) -> list[dict[str, Any]]:
     """Every train reply in delivery order: its records' arrays and byte counts, its metrics
-    without timing keys."""
+    without timing keys (a score's included)."""
     out = []
     for msg, reply in grid.replies:
         assert not reply.has_error(), reply.error
         content = reply.content
         records = {name: from_record(rec) for name, rec in content.array_records.items()}
         nbytes = {name: rec.count_bytes() for name, rec in content.array_records.items()}
-        metrics = {k: v for k, v in dict(content["metrics"]).items() if not (k.startswith("phase-") or k == "train-seconds")}  # type: ignore[arg-type]
+        timing = lambda k: k.rpartition("/")[2].startswith("phase-") or k == "train-seconds"  # noqa: E731  # a score's own (after/, before/) too
+        metrics = {k: v for k, v in dict(content["metrics"]).items() if not timing(k)}  # type: ignore[arg-type]
         out.append({"to": msg.metadata.dst_node_id, "records": records, "bytes": nbytes, "metrics": metrics})
     return out
 

@@ -22,7 +22,7 @@ from flwr.clientapp import ClientApp
 
 from fedapp.client.handlers import handle_evaluate, handle_train, state_store
 from fedapp.client.node_query import handle_query
-from fedapp.core import wire
+from fedapp.core import score_keys, wire
 from fedapp.core.config import ConfigError, RunConfig, load_toml_config
 from fedapp.core.state import DiskStore
 from fedapp.data import client_data, dataset_for
@@ -288,11 +288,31 @@ PERSONAL = {"personalized-eval": True, "local-test-fraction": 0.3}
     ],
 )
 def test_a_bad_evaluate_reply_is_that_nodes_failure(tmp_path: Path, tamper: Tamper, reason: str) -> None:
+    """Round 1's scores travel in round 2's train replies (honest here); the last round's in the closing evaluate's replies."""
     out, _ = run(tmp_path, malicious_app(evaluate=tamper), PERSONAL)
-    for r in out:
-        assert (r["failures"], r["eval_failures"], r["evaluated_clients"]) == (0, 1, 2)
-        assert any(reason in f for f in r["failure_reasons"]), r["failure_reasons"]
-        assert 0.0 <= r["personalized_accuracy"] <= 1.0
+    first, last = out
+    assert (first["failures"], first["evaluated_clients"], "eval_failures" in first) == (0, 3, False)
+    assert (last["failures"], last["eval_failures"], last["evaluated_clients"]) == (0, 1, 2)
+    assert any(reason in f for f in last["failure_reasons"]), last["failure_reasons"]
+    assert 0.0 <= last["personalized_accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        ("accuracy", 7.0, "accuracy = 7.0"),
+        ("accuracy", float("nan"), "accuracy = nan"),
+        ("num-examples", 1e9, "num-examples = 1e+09"),
+        ("partition-id", 2, "claims partition-id 2"),
+    ],
+)
+def test_a_bad_score_in_a_train_reply_is_that_nodes_evaluation_failure(tmp_path: Path, key: str, value: float, reason: str) -> None:
+    """A score a train reply carries is checked as an evaluate reply is: dropped alone, the training still averaged."""
+    out, _ = run(tmp_path, malicious_app(train=set_metric(score_keys.PREFIX[score_keys.BEFORE] + key, value)), PERSONAL)
+    first, last = out
+    assert (first["failures"], first["eval_failures"], first["evaluated_clients"]) == (0, 1, 2)
+    assert any(reason in f and "evaluation dropped" in f for f in first["failure_reasons"]), first["failure_reasons"]
+    assert (last["clients"], last["failures"], last["evaluated_clients"]) == (3, 0, 3)
 
 
 # -- discovery answers and rogue nodes -------------------------------------------------------------

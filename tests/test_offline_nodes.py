@@ -27,7 +27,7 @@ GONE = 1000  # partition 0's node
 
 
 class LeavingGrid(LocalGrid):
-    """Partition 0's node goes offline once round 1's training is done (before round 1's evaluation)."""
+    """Partition 0's node goes offline once round 1's training is done (before any evaluate message)."""
 
     def __init__(self, *args: object) -> None:
         super().__init__(*args)  # type: ignore[arg-type]
@@ -53,9 +53,14 @@ def test_the_round_after_a_node_went_offline_trains_the_nodes_still_online(tmp_p
     assert [(r["round"], r["clients"], r["failures"], r["failed_pids"]) for r in rows] == [(1, 3, 0, []), (2, 2, 0, [])]
     trained = [(rnd, node) for kind, rnd, node in grid.sent if kind == MessageType.TRAIN]
     assert trained == [(1, 1000), (1, 1001), (1, 1002), (2, 1001), (2, 1002)]
-    if method != "fedavg":  # personalised evaluation: round 1's reached the node just gone, round 2's only the others
+    if method == "fjord":  # round 1's scores come with round 2's messages: the evaluate message to the node just gone fails
         assert [r.get("eval_failures") for r in rows] == [1, None]
         assert [r["evaluated_clients"] for r in rows] == [2, 2]
+    elif method != "fedavg":  # FedSPU, FedDrop: each client scored its trained model in its round-1 reply, before it left
+        assert [r.get("eval_failures") for r in rows] == [None, None]
+        assert [r["evaluated_clients"] for r in rows] == [3, 2]
+        assert not [s for s in grid.sent if s[0] == MessageType.EVALUATE]
+    if method != "fedavg":
         assert sorted(rows[1]["client_active_fraction"]) == ["1", "2"]
 
 

@@ -14,6 +14,7 @@ def result(method_metrics: dict[str, object]) -> RoundResult:
     stats.failed_pids = [1]
     stats.client_metrics = {0: {"train-seconds": 1.5}}
     stats.wire_down, stats.wire_up = {0: 300, 1: 200}, {0: 40}
+    stats.messages = {"train": 2, "evaluate": 1}
     return RoundResult(ArrayRecord(), MetricRecord({"clients": 1}), stats, method_metrics=method_metrics)
 
 
@@ -25,7 +26,7 @@ def test_row_holds_core_eval_and_method_keys_in_order() -> None:
         "bytes_down": 20, "coverage": 0.5, "failed_pids": [1],
         "failure_reasons": ["node 7: gone", "node 8: evaluation dropped (x)"],
         "wire_bytes_down": 500, "wire_bytes_up": 40, "wire_bytes_clients": {"0": [300, 40], "1": [200, 0]}, "mb_total": 540 / 1e6,
-        "eval_failures": 1, "warmup": True, "train_seconds": {"0": 1.5},
+        "messages": {"train": 2, "evaluate": 1}, "eval_failures": 1, "warmup": True, "train_seconds": {"0": 1.5},
     }  # fmt: skip
     assert list(row)[-3:] == ["eval_failures", "warmup", "train_seconds"]
 

@@ -16,7 +16,8 @@ and ``park(...)`` where it trained (docs/architecture.md, "Add a batched kernel"
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -75,3 +76,14 @@ def park(call: Call) -> Any:
 def open_door(door: Door) -> None:
     """Make ``door`` this thread's (context's) park point: the batched executor's lanes, nothing else."""
     _DOOR.set(door)
+
+
+@contextmanager
+def alone() -> Iterator[None]:
+    """Within: ``park`` runs each call at once, on a lane too (a train message that first scores the
+    model it received trains that score one client at a time, as its evaluate message did)."""
+    token = _DOOR.set(None)
+    try:
+        yield
+    finally:
+        _DOOR.reset(token)

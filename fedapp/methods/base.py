@@ -124,6 +124,12 @@ class ServerPolicy:
 
     personalized_eval = False
     eval_records: frozenset[str] = frozenset()  # reply records that serve evaluation only: counted in bytes_up_eval, not bytes_up
+    # What a client's personalised score measures (fedapp.server.scores): "received", the model the
+    # round leaves it (it changes every round: scored when the next round's message brings it);
+    # "trained", its own model as its last local training left it (scored in its train reply, and
+    # it stands until the client trains again).
+    score_kind = "received"
+    eval_score_stands = False  # "trained": an evaluate reply's score also stands until the client trains (no fallback to the global model)
 
     def __init__(
         self, cfg: RunConfig, params: Any, initial: dict[str, np.ndarray], node_info: dict[int, dict[str, Scalar]], model: nn.Module
@@ -164,6 +170,12 @@ class ServerPolicy:
     def eval_config(self, server_round: int, pid: int) -> dict[str, Scalar]:
         """Per-node config of the personalised-evaluation message (e.g. the node's width)."""
         return {}
+
+    def eval_download(self, server_round: int, pid: int) -> dict[str, np.ndarray] | None:
+        """The global entries a personalised evaluation of ``pid`` reads (None: the whole model):
+        what its evaluate message carries, and what its train message must carry for it to score
+        the received model there instead."""
+        return None
 
     def weight(self, metrics: dict[str, float]) -> float:
         return 1.0 if self.cfg.client_weighting == "uniform" else float(metrics.get("num-examples", 0))

@@ -15,6 +15,13 @@ from fedapp.methods.tiers import TieredServer, TierParams, leftmost_neurons
 
 
 class FjORDServer(TieredServer):
+    score_kind = "received"  # the new global sub-model of its width
+    eval_score_stands = False
+
+    def eval_download(self, server_round: int, pid: int) -> dict[str, np.ndarray] | None:
+        """The sub-model of its width, as its train message carries it."""
+        return self.node_task(server_round, pid).download_masks
+
     def neurons(self, server_round: int, pid: int) -> list[np.ndarray]:
         return leftmost_neurons(self.layout.widths, self.p[pid], self.params.kept_rounding)
 

@@ -155,6 +155,7 @@ class PersonalServer(ServerPolicy):
     every client's own model each round; report the mean personal fraction."""
 
     personalized_eval = True
+    score_kind = "trained"  # its own model; before its first training, the global model (so an evaluate reply's score does not stand)
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

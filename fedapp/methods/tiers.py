@@ -106,6 +106,8 @@ class TieredServer(ServerPolicy):
     neuron selection (``neurons``), personalised evaluation, optional early stopping."""
 
     personalized_eval = True
+    score_kind = "trained"  # FedSPU, FedDrop: the client's own model as it last trained it (w0 before that)
+    eval_score_stands = True
     params: TierParams
 
     def __init__(
@@ -152,6 +154,10 @@ class TieredServer(ServerPolicy):
 
     def eval_config(self, server_round: int, pid: int) -> dict[str, Scalar]:
         return {"active-fraction": self.p[pid]}
+
+    def eval_download(self, server_round: int, pid: int) -> dict[str, np.ndarray] | None:
+        """Nothing: the client scores its stored model (w0 before its first round)."""
+        return {k: np.zeros(v.shape, bool) for k, v in self.initial.items()}
 
     def after_round(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         for r in replies:

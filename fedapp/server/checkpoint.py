@@ -3,9 +3,10 @@
 After every finished round the server writes ``checkpoint.npz`` in the run folder,
 atomically, after that round's metrics row: global arrays, the round, the sampling RNG,
 the method's server state (``ServerPolicy.state()``) and the run token that names the
-clients' state folders. A SuperLink or ServerApp crash therefore loses at most the round
-in flight; a resumed run drops any metrics row newer than the checkpoint and redoes it,
-so no round is lost or repeated.
+clients' state folders; and the clients' standing scores (fedapp.server.scores), with the
+round's row instead where it waits for the next round's scores: a resumed run completes it.
+A SuperLink or ServerApp crash therefore loses at most the round in flight; a resumed
+run drops any metrics row newer than the checkpoint and redoes it, so no round is lost or repeated.
 
 The checkpoint also holds the resolved run-config (less the keys in RESUMABLE) and its hash:
 ``resume=true`` with a config that learns something else is refused, naming the keys.
@@ -30,6 +31,7 @@ from fedapp.core.config import ConfigError
 from fedapp.core.state import save_npz_atomic, token_folder
 from fedapp.core.state_rounds import Lineage
 from fedapp.server.rundir import CLIENT_STATE
+from fedapp.server.scores import parse_meta
 
 FILE = "checkpoint.npz"
 # keys a resumed run may change: how long to run and wait, not what is learned
@@ -48,6 +50,7 @@ class Checkpoint:
     finished: bool = False  # the method stopped early (e.g. FedSPU early stopping)
     config: dict[str, Any] | None = None  # the run's resolved config less RESUMABLE (None: an older checkpoint)
     lineage: str = ""  # the server starts whose client-state versions count (fedapp.core.state_rounds.Lineage; '' = one)
+    scores: dict[str, Any] | None = None  # standing scores, and this round's row while it waits for the next round's (fedapp.server.scores)
 
 
 def learned(config: dict[str, Any]) -> dict[str, Any]:
@@ -70,6 +73,8 @@ def save(run_dir: str | Path, ckpt: Checkpoint) -> Path:
     meta: dict[str, Any] = {"round": ckpt.round, "token": ckpt.token, "finished": ckpt.finished, "rng": [version, list(internal), gauss]}
     if ckpt.lineage:
         meta["lineage"] = ckpt.lineage
+    if ckpt.scores is not None:
+        meta["scores"] = ckpt.scores
     if ckpt.config is not None:
         meta.update({"config": learned(ckpt.config), "config-hash": config_hash(ckpt.config)})
     payload = {f"global/{k}": v for k, v in ckpt.arrays.items()}
@@ -94,7 +99,11 @@ def load(run_dir: str | Path) -> Checkpoint | None:
         version, internal, gauss = meta["rng"]
         rng = (version, tuple(internal), gauss)
         lineage = str(meta.get("lineage", ""))
-        return Checkpoint(int(meta["round"]), arrays, policy, rng, str(meta["token"]), bool(meta["finished"]), meta.get("config"), lineage)
+        scores = meta.get("scores")
+        parse_meta(scores)  # damaged: refused here, before the run folder changes
+        return Checkpoint(
+            int(meta["round"]), arrays, policy, rng, str(meta["token"]), bool(meta["finished"]), meta.get("config"), lineage, scores
+        )
     except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as err:
         raise ConfigError(f"checkpoint {path} is damaged or not a fedapp checkpoint ({err}); move it away, or set overwrite=true") from None
 

@@ -21,7 +21,7 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 
 from fedapp.client.config_errors import stop_on_config_errors
-from fedapp.core import wire
+from fedapp.core import score_keys, wire
 from fedapp.core.config import ConfigError, RunConfig
 from fedapp.core.device import describe, host_arrays, load_host_arrays, process_device
 from fedapp.core.evaluate import evaluate
@@ -37,13 +37,15 @@ from fedapp.models import initial_model
 from fedapp.server import checkpoint, reply_checks, rundir
 from fedapp.server.progress import RoundLog, RoundReporter
 from fedapp.server.provenance import collect
-from fedapp.server.results import RunWriter, resolved_config
+from fedapp.server.results import RunWriter, read_metrics, resolved_config
 from fedapp.server.roster import Roster
 from fedapp.server.row_sinks import RowSink, open_sinks
-from fedapp.server.rows import check_method_metrics, round_row
+from fedapp.server.rows import check_method_metrics, row_parts, with_evaluation
 from fedapp.server.run_checks import check_run
 from fedapp.server.run_log import RunLog
-from fedapp.server.strategy import EvalResult, MaskedStrategy
+from fedapp.server.scores import Pending, ScoreBook
+from fedapp.server.strategy import MaskedStrategy, summarise
+from fedapp.server.strategy import describe as reason_of
 
 log = logging.getLogger("flwr")
 
@@ -161,6 +163,8 @@ class RunSession:
     lineage: str = field(init=False)  # the lineage of starts the client state keys on ("": one start)
     run_config: ConfigRecord = field(init=False)
     ledger: Ledger = field(default_factory=Ledger, init=False)
+    book: ScoreBook = field(init=False)  # the clients' personalised scores (the strategy's train messages ask for them)
+    pending: Pending | None = field(default=None, init=False)  # the last round's row while it waits for scores (fedapp.server.scores)
 
     def open(self, run_log: RunLog, provenance: dict[str, Any] | None) -> None:
         """The run's first writes: run.log, config.json (the writer), no stale failure.json, devices.json."""
@@ -181,6 +185,10 @@ class RunSession:
                     log.info("method finished after round %d", rnd - 1)
                     break
                 self.play_round(rnd)
+            if self.pending is not None:  # resumed with fewer rounds than the checkpoint's row waited for: the closing evaluate
+                self.collect(self.pending, {}, {})
+                self.write(self.pending)
+                self.pending = None
             self.writer.save_model(self.policy.eval_arrays(self.arrays))
         finally:
             if self.sink is not None:
@@ -195,11 +203,15 @@ class RunSession:
         self.policy = self.method.server(cfg, self.params, self.initial, self.roster.info, self.model)
         scale = reply_checks.scales(self.initial)  # the step bound's unit, from the initial model in every round (also on resume)
         refresh = lambda: self.roster.refresh(cfg.round_timeout)  # noqa: E731
-        self.strategy = MaskedStrategy(cfg, self.policy, self.roster.nodes, refresh, None if ckpt is None else ckpt.rng, scale)
+        self.book = book = ScoreBook(self.policy, cfg)
+        self.strategy = MaskedStrategy(cfg, self.policy, self.roster.nodes, refresh, None if ckpt is None else ckpt.rng, scale, book)
         self.arrays, first, self.token, self.done, lineage = self.initial, 1, checkpoint.new_token(cfg.run_dir), False, Lineage()
         if ckpt is not None:
             self.arrays, first, self.token, self.done = ckpt.arrays, ckpt.round + 1, ckpt.token, ckpt.finished
             self.policy.load_state(ckpt.policy)
+            pending = book.load_meta(ckpt.scores)  # checked when the checkpoint was read
+            if pending is not None and pending.round not in {int(r["round"]) for r in read_metrics(Path(cfg.run_dir))}:
+                self.pending = pending  # its row waits for the next round's scores (written already if the run died after it)
             # a new start in the client state's lineage (fedapp.core.state_rounds)
             lineage = Lineage((*Lineage.parse(ckpt.lineage).starts, (first, secrets.token_hex(4))))
             if (context_state := getattr(self.grid, "context_state", None)) is not None:
@@ -211,37 +223,87 @@ class RunSession:
         return first
 
     def play_round(self, rnd: int) -> None:
-        """One round: train, aggregate, (personalised eval), central eval, the metrics row, the checkpoint."""
+        """One round: train (its messages also score what the previous round's row waits for, which is
+        then written), aggregate, central eval, the round's scores (evaluate messages here only in the
+        last round), the metrics row (or a pending one, fedapp.server.scores), the checkpoint."""
         cfg, grid, strategy = self.cfg, self.grid, self.strategy
         start, t_start = time.perf_counter(), time.time()
+        book = self.book
+        book.ask_before(self.pending)
         train_msgs = strategy.configure_train(rnd, self.record, self.run_config, grid)
         result = strategy.aggregate_train(rnd, stop_on_config_errors(strategy.exchange(grid, list(train_msgs), rnd)))
+        if self.pending is not None:  # the previous round's row: the scores this round's train replies carried, then the rest
+            self.collect(self.pending, result.stats.scores.get(score_keys.BEFORE, {}), result.stats.sent_nodes)
+            self.write(self.pending)
+            self.pending = None
         if result.arrays is not None:  # else the model stays: record and arrays as they were
             self.record = result.arrays
             self.arrays = result.values if result.values is not None else wire.from_record(result.arrays)
-        evaluated = EvalResult()
-        eval_msgs = list(strategy.configure_evaluate(rnd, self.record, self.run_config, grid))
-        if eval_msgs:
-            evaluated = strategy.aggregate_evaluate(rnd, stop_on_config_errors(grid.send_and_receive(eval_msgs, timeout=cfg.round_timeout)))
+        book.after_training(result.stats.sent_nodes, result.stats.scores.get(score_keys.AFTER, {}))
+        self.done = self.policy.finished(rnd)
+        pending = Pending(rnd, [], 0, result.stats.client_metrics, (0.0, t_start, 0.0), sorted(result.method_metrics), [])
+        if book.on and strategy.personal_eval_round(rnd):
+            nodes = result.stats.online
+            pending.order = sorted(nodes)
+            for pid in pending.order:
+                if (score := book.stands(pid, nodes[pid])) is not None:
+                    pending.known[pid] = score
+                else:
+                    pending.need[pid] = nodes[pid]
+        final = rnd >= cfg.num_server_rounds or self.done
+        if pending.need and final:
+            self.collect(pending, {}, {})  # the closing evaluate
         x_test, y_test = torch.from_numpy(self.ds.x_test), torch.from_numpy(self.ds.y_test)
         norm = self.ds.norm.tensor if self.ds.norm else None
         acc, loss = central_eval(self.model, self.policy.eval_arrays(self.arrays), x_test, y_test, norm)
-        row = round_row(rnd, acc, loss, result, evaluated)
+        pending.draft, pending.at = row_parts(rnd, acc, loss, result)
         if refused := self.roster.take_refused():  # claims the roster refused since the last row (fedapp.server.roster)
-            row["roster_refused"] = refused
+            pending.draft.append(("roster_refused", refused))
         if (notes := getattr(grid, "round_notes", None)) is not None:  # the in-process engine's batched executor
-            row.update(notes())
-        row["seconds"] = time.perf_counter() - start
-        times = self.ledger.round_row(row["seconds"], t_start, time.time(), result.stats.client_metrics, evaluated.client_metrics)
-        check_method_metrics(result.method_metrics, times)  # the ledger's time and energy keys are core keys too
+            pending.draft += notes().items()
+        pending.times = (time.perf_counter() - start, t_start, time.time())
+        if pending.need:
+            self.pending = pending  # the next round's messages bring the rest
+        else:
+            self.write(pending)
+        if (context_state := getattr(grid, "context_state", None)) is not None:
+            context_state.save(Path(cfg.run_dir) / rundir.CLIENT_STATE / self.token)
+        policy_state, sampling = self.policy.state(), strategy.sampling_state()
+        scores = book.meta(self.pending)
+        kept = checkpoint.Checkpoint(rnd, self.arrays, policy_state, sampling, self.token, self.done, self.config, self.lineage, scores)
+        checkpoint.save(cfg.run_dir, kept)
+
+    def collect(self, pending: Pending, before: Mapping[int, dict[str, float]], sent: Mapping[int, int]) -> None:
+        """Every score ``pending`` still needs: those train replies carried (``before``, from the nodes in
+        ``sent``), then by evaluate messages, with ``self.record`` as it stands, to the nodes still to score."""
+        strategy = self.strategy
+        for pid, metrics in before.items():
+            if pid in pending.need:
+                try:
+                    pending.known[pid] = strategy.check_scores(metrics, sent[pid], sent)[1]
+                except Exception as err:  # as an evaluate reply's: that node's evaluation is dropped
+                    pending.reasons.append(f"node {sent[pid]}: evaluation dropped ({reason_of(err)})")
+                    log.warning("%s", pending.reasons[-1])
+        rest = {pid: node for pid, node in pending.need.items() if pid not in pending.known and pid not in before}
+        if rest:
+            msgs = list(strategy.configure_evaluate(pending.round, self.record, self.run_config, self.grid, rest))
+            replies = stop_on_config_errors(self.grid.send_and_receive(msgs, timeout=self.cfg.round_timeout))
+            evaluated, dropped = strategy.check_evals(replies)
+            self.book.after_evaluation(rest, evaluated)
+            pending.known.update(evaluated)
+            pending.reasons += dropped
+        pending.need = {}
+
+    def write(self, pending: Pending) -> None:
+        """``pending``'s row with its evaluation, to metrics.jsonl, the sinks and the progress line."""
+        evaluated = summarise({pid: pending.known[pid] for pid in pending.order if pid in pending.known}, pending.reasons)
+        row = with_evaluation(pending.draft, pending.at, evaluated)
+        seconds, t_start, t_end = pending.times
+        row["seconds"] = seconds
+        times = self.ledger.round_row(seconds, t_start, t_end, pending.train, evaluated.client_metrics)
+        check_method_metrics(dict.fromkeys(pending.method_keys), times)  # the ledger's time and energy keys are core keys too
         row.update(times)
         self.writer.append(row)
         if self.sink is not None:
             self.sink.add(row)
-        self.report(rnd, row)
-        self.done = self.policy.finished(rnd)
-        if (context_state := getattr(grid, "context_state", None)) is not None:
-            context_state.save(Path(cfg.run_dir) / rundir.CLIENT_STATE / self.token)
-        policy_state, sampling = self.policy.state(), strategy.sampling_state()
-        kept = checkpoint.Checkpoint(rnd, self.arrays, policy_state, sampling, self.token, self.done, self.config, self.lineage)
-        checkpoint.save(cfg.run_dir, kept)
+        self.report(pending.round, row)

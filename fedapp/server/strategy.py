@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from fedapp.core import wire
+from fedapp.core import score_keys, wire
 from fedapp.core.config import RunConfig
 from fedapp.data.sizes import split_sizes
 from fedapp.downlink.precision import narrow, widen
@@ -37,6 +37,7 @@ from fedapp.downlink.traffic import Sizer, message_bytes, wire_row
 from fedapp.methods.base import NodeTask, Reply, ServerPolicy
 from fedapp.server import reply_checks as checks
 from fedapp.server import robust
+from fedapp.server.scores import ScoreBook
 
 log = logging.getLogger("flwr")
 
@@ -59,6 +60,10 @@ class RoundStats:
     wire_down: dict[int, int] = field(default_factory=dict)  # per partition: serialized bytes of all messages sent (downlink.traffic)
     wire_up: dict[int, int] = field(default_factory=dict)  # per partition: serialized bytes of every reply received
     downlink: dict[str, Any] | None = None  # downlink = selected: who got the full model, a catch-up, a cache-miss resend
+    scores: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)  # score_keys.BEFORE/AFTER -> pid -> its score
+    messages: dict[str, int] = field(default_factory=lambda: {"train": 0, "evaluate": 0})  # messages sent while the round played
+    online: dict[int, int] = field(default_factory=dict)  # partition -> node of every node online this round
+    sent_nodes: dict[int, int] = field(default_factory=dict)  # partition -> node its train message went to
 
     def row(self, more_reasons: Iterable[str] = ()) -> dict[str, Any]:
         """The row's core round keys; ``more_reasons`` (the evaluation's) follow this round's own."""
@@ -73,6 +78,7 @@ class RoundStats:
         row.update(wire_row(self.wire_down, self.wire_up))
         if self.downlink is not None:
             row["downlink"] = self.downlink
+        row["messages"] = dict(self.messages)
         return row
 
 
@@ -116,12 +122,14 @@ class MaskedStrategy(Strategy):
     def __init__(
         self, cfg: RunConfig, policy: ServerPolicy, nodes: dict[int, int],
         refresh: Callable[[], dict[int, int]] | None = None, sampling: Any = None, scale: dict[str, float] | None = None,
+        book: ScoreBook | None = None,
     ):  # fmt: skip
         """``nodes`` maps partition id -> Flower node id (from discovery); ``refresh`` gives the
         nodes anew before every round but the first this strategy configures (the roster's, which
         follows nodes going offline and joining); ``sampling``: the client-sampling random state
         to go on from (a checkpoint's, on resume); ``scale``: the step bound's unit per float tensor
-        (``reply_checks.scales`` of the initial model; default: of the first round's global model)."""
+        (``reply_checks.scales`` of the initial model; default: of the first round's global model);
+        ``book``: the clients' personalised scores (which train messages also score, fedapp.server.scores)."""
         self.cfg, self.policy, self.nodes, self.refresh = cfg, policy, dict(nodes), refresh
         self.rng = random.Random(cfg.seed)
         if sampling is not None:
@@ -139,6 +147,7 @@ class MaskedStrategy(Strategy):
         self.downlink = Downlink(cfg.downlink)  # what each node holds (downlink = selected)
         self.sizer = Sizer()  # serialized message sizes, shared records sized once per round
         self.record = ArrayRecord()  # this round's global model as sent
+        self.book = book if book is not None else ScoreBook(policy, cfg)
 
     def sampling_state(self) -> Any:
         """The client-sampling random state, as a checkpoint keeps it."""
@@ -154,9 +163,9 @@ class MaskedStrategy(Strategy):
             self.nodes = self.refresh()
         self.configured += 1
         chosen = self.policy.select(server_round, sorted(self.nodes), self.rng)
-        self.stats = RoundStats()
         self.sent_pids = list(chosen)
         self.sent_nodes = {pid: self.nodes[pid] for pid in chosen}
+        self.stats = RoundStats(online=dict(self.nodes), sent_nodes=dict(self.sent_nodes))
         self.tasks = {}
         sent_np, arrays = self.on_wire(arrays)
         self.record = arrays
@@ -180,7 +189,10 @@ class MaskedStrategy(Strategy):
                 if name in wire.RESERVED:
                     raise ValueError(f"method record name {name!r} clashes with a reserved record")
                 content[name] = wire.to_record(record)
-            content["config"] = ConfigRecord({**dict(config), **task.config, "server-round": server_round, "partition-id": pid, **extra})
+            scoring = self.book.flags(server_round, pid, task)
+            content["config"] = ConfigRecord(
+                {**dict(config), **task.config, "server-round": server_round, "partition-id": pid, **scoring, **extra}
+            )
             self.stats.bytes_down += record_bytes(content)
             self.count_down(pid, content)
             if extra:
@@ -203,6 +215,7 @@ class MaskedStrategy(Strategy):
         that refused its cache gets the full model in a second exchange), counting every reply's bytes."""
 
         def send(msgs: list[Message]) -> list[Message]:
+            self.stats.messages["train"] += len(msgs)
             replies = list(grid.send_and_receive(msgs, timeout=self.cfg.round_timeout))
             self.count_up(replies, self.sent_nodes)
             return replies
@@ -280,6 +293,9 @@ class MaskedStrategy(Strategy):
                 continue
             stats.bytes_up += record_bytes(msg.content, skip=self.policy.eval_records)
             stats.bytes_up_eval += record_bytes(msg.content, only=self.policy.eval_records)
+            reply.metrics, carried = score_keys.split(reply.metrics)  # a score is the evaluation's, not the training's
+            for which, score in carried.items():
+                stats.scores.setdefault(which, {})[reply.pid] = score
             stats.client_metrics[reply.pid] = reply.metrics
             ok.append(reply)
         for _ in range(stats.sent - received):
@@ -314,26 +330,43 @@ class MaskedStrategy(Strategy):
         log.warning("%s", reason)
 
     # -- evaluation (personalised methods, or personalized-eval = true) ---------------
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        if not (self.policy.personalized_eval or self.cfg.personalized_eval) or not self.personal_eval_round(server_round):
-            return []
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid, nodes: dict[int, int] | None = None
+    ) -> Iterable[Message]:
+        """Evaluate messages of ``server_round`` to ``nodes`` (partition -> node; default: every node
+        in an evaluation round), each with only the global entries its evaluation reads (``eval_download``)."""
+        if nodes is None:
+            if not self.book.on or not self.personal_eval_round(server_round):
+                return []
+            nodes = self.nodes
         messages = []
-        arrays = self.on_wire(arrays)[1]
-        self.eval_nodes = dict(self.nodes)
-        for pid in sorted(self.nodes):
+        record = self.on_wire(arrays)[1]
+        values: dict[str, np.ndarray] | None = None
+        self.eval_nodes = dict(nodes)
+        for pid in sorted(nodes):
             cfg = ConfigRecord(
                 {**dict(config), **self.policy.eval_config(server_round, pid), "server-round": server_round, "partition-id": pid}
             )
-            content = RecordDict({"arrays": arrays, "config": cfg})
+            content = RecordDict({"arrays": record, "config": cfg})
+            masks = self.policy.eval_download(server_round, pid)
+            if masks is not None:
+                values = wire.from_record(record) if values is None else values
+                content["arrays"], content["arrays-mask"] = wire.encode(values, masks)
             self.count_down(pid, content)
-            messages.append(self._message(content, pid, MessageType.EVALUATE, server_round))
+            node, ttl = nodes[pid], self.cfg.round_timeout
+            messages.append(Message(content, dst_node_id=node, message_type=MessageType.EVALUATE, group_id=str(server_round), ttl=ttl))
+        self.stats.messages["evaluate"] += len(messages)
         return messages
 
     def check_eval(self, msg: Message) -> tuple[int, dict[str, float]]:
         """An evaluate reply: only its metrics, its own partition, an accuracy in [0, 1] over 1..test-size samples."""
         checks.record_types(msg.content, {"metrics": MetricRecord})
-        metrics = checks.metrics_of(msg.content)
-        pid = checks.partition_of(metrics, msg.metadata.src_node_id, self.eval_nodes)
+        return self.check_scores(checks.metrics_of(msg.content), msg.metadata.src_node_id, self.eval_nodes)
+
+    def check_scores(self, metrics: dict[str, float], node: int, nodes: Mapping[int, int]) -> tuple[int, dict[str, float]]:
+        """An evaluation's metrics from ``node`` (an evaluate reply's, or a score a train reply carried): its own
+        partition among ``nodes``, an accuracy in [0, 1] over 1..test-size samples; raises ReplyError."""
+        pid = checks.partition_of(metrics, node, dict(nodes))
         if self.sizes[pid].test == 0 and metrics.get("num-examples") == 0 and "accuracy" not in metrics:
             return pid, metrics  # an empty local test split: no metric over zero samples
         acc = metrics.get("accuracy")
@@ -351,32 +384,28 @@ class MaskedStrategy(Strategy):
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> EvalResult:  # type: ignore[override]
         """Check the evaluate replies and summarise their accuracies (``result.metrics`` is
         Flower's MetricRecord, None when no client reported one)."""
-        result = EvalResult()
+        got, reasons = self.check_evals(replies)
+        return summarise(got, reasons)
+
+    def check_evals(self, replies: Iterable[Message]) -> tuple[dict[int, dict[str, float]], list[str]]:
+        """Each evaluate reply's metrics by partition (in reply order), and why any was dropped (each logged)."""
+        got: dict[int, dict[str, float]] = {}
+        reasons: list[str] = []
         replies = list(replies)
         self.count_up(replies, self.eval_nodes)
         for msg in replies:
             if msg.has_error():
-                result.reasons.append(f"node {msg.metadata.src_node_id}: evaluation failed ({msg.error.reason})")
+                reasons.append(f"node {msg.metadata.src_node_id}: evaluation failed ({msg.error.reason})")
                 continue
             try:
                 pid, metrics = self.check_eval(msg)
             except Exception as err:  # one node's bad evaluation is that node's failure
-                result.reasons.append(f"node {msg.metadata.src_node_id}: evaluation dropped ({describe(err)})")
+                reasons.append(f"node {msg.metadata.src_node_id}: evaluation dropped ({describe(err)})")
                 continue
-            result.client_metrics[pid] = metrics
-        for reason in result.reasons:
+            got[pid] = metrics
+        for reason in reasons:
             log.warning("%s", reason)
-        accs = [m["accuracy"] for m in result.client_metrics.values() if "accuracy" in m]  # none from an empty local test split
-        if result.reasons:
-            result.stats["eval_failures"] = len(result.reasons)
-        if not accs:
-            return result
-        result.stats.update({
-            "personalized_accuracy": float(np.mean(accs)), "personalized_accuracy_min": min(accs),
-            "personalized_accuracy_max": max(accs), "evaluated_clients": len(accs),
-        })  # fmt: skip
-        result.metrics = MetricRecord(dict(result.stats))
-        return result
+        return got, reasons
 
     def summary(self) -> None:
         log.info("MaskedStrategy: method=%s clients=%d server-lr=%s", self.cfg.method, len(self.nodes), self.cfg.server_lr)
@@ -386,3 +415,19 @@ def describe(err: BaseException) -> str:
     """One line for failure_reasons: the exception's type and message."""
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0] if text else ''}"[:300]
+
+
+def summarise(client_metrics: dict[int, dict[str, float]], reasons: list[str]) -> EvalResult:
+    """The row's evaluation keys from each partition's evaluation (its accuracies averaged in this order)."""
+    result = EvalResult(client_metrics=dict(client_metrics), reasons=list(reasons))
+    accs = [m["accuracy"] for m in result.client_metrics.values() if "accuracy" in m]  # none from an empty local test split
+    if result.reasons:
+        result.stats["eval_failures"] = len(result.reasons)
+    if not accs:
+        return result
+    result.stats.update({
+        "personalized_accuracy": float(np.mean(accs)), "personalized_accuracy_min": min(accs),
+        "personalized_accuracy_max": max(accs), "evaluated_clients": len(accs),
+    })  # fmt: skip
+    result.metrics = MetricRecord(dict(result.stats))
+    return result
