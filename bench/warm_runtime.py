@@ -7,6 +7,8 @@ SuperNodes started by `fedapp deploy supernode --runtime R`), each node with eve
 seconds (cpuacct) and its peak memory (memory.max_usage_in_bytes). For each runtime, FedAvg and
 FjORD run for ROUNDS rounds on the fleet's run-config (bench/fleet/common.toml: digits, the CNN,
 2 local epochs); for FjORD node 0 trains the full width (active-fraction 1.0), node 1 a fifth (0.2).
+A one-round FedAvg run before them loads the app bundle on every node (a cost paid once per app
+version, by either runtime) and is not measured.
 
 Per node and run it prints: messages (train, evaluate) per round, CPU seconds per round, the
 training loop's seconds per round (the clients' own `train_seconds`), the overhead per message
