@@ -11,6 +11,11 @@ to p = 1. Sub-model times include cutting the sub-model out. Before timing, ever
 runs the partial backward's first-shape check, which computes both backwards).
 
     nice -n 10 env PYTHONPATH=. .venv/bin/python bench/fedspu_compute.py [repeats] [steps] [model ...]
+
+``pair`` as the first argument times only FedSPU at p = 0.2 (partial, then masked backward) and
+at p = 1, in that fixed order, ``repeats`` times (the full grid also shuffles in the sub-models):
+
+    nice -n 5 env PYTHONPATH=. .venv/bin/python bench/fedspu_compute.py pair [repeats] [steps] [model]
 """
 
 from __future__ import annotations
@@ -91,7 +96,28 @@ def main(repeats: int = 7, steps: int = 40, names: tuple[str, ...] = tuple(MODEL
             print(f"| {p:g} | " + " | ".join(row) + " |")
 
 
+def pair(repeats: int, steps: int, name: str) -> None:
+    configure_threads(1)
+    cells = ((0.2, "partial"), (0.2, "masked"), (1.0, "partial"))
+    for p, m in cells:
+        train_once(name, p, m, steps)  # warm-up (and the partial backward's first-shape check)
+    times: dict[tuple[float, str], list[float]] = {c: [] for c in cells}
+    for _ in range(repeats):
+        for p, m in cells:
+            times[(p, m)].append(train_once(name, p, m, steps)[0])
+    med = {c: statistics.median(v) for c, v in times.items()}
+    base = med[(1.0, "partial")]
+    print(f"{TITLES[name]}: median CPU seconds for {steps} steps ({repeats} repeats): p = 1 {base:.4f}")
+    print(f"p = 0.2 partial backward {med[(0.2, 'partial')]:.4f} (ratio {med[(0.2, 'partial')] / base:.2f}), ", end="")
+    print(f"masked backward {med[(0.2, 'masked')]:.4f} (ratio {med[(0.2, 'masked')] / base:.2f})")
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["pair"]:
+        rest = sys.argv[2:]
+        nums = [int(a) for a in rest if a.isdigit()]
+        pair([*nums, 15][0], [*nums[1:], 40][0], next((a for a in rest if not a.isdigit()), "emnist"))
+        sys.exit(0)
     numbers = [int(a) for a in sys.argv[1:] if a.isdigit()]
     chosen = tuple(a for a in sys.argv[1:] if not a.isdigit()) or tuple(MODELS)
     main([*numbers, 7][0], [*numbers[1:], 40][0], chosen)
