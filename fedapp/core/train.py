@@ -17,12 +17,15 @@ no step waits for the host.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from fedapp.core.partial_backward import partial_backward
 
 ExtraLoss = Callable[[nn.Module], torch.Tensor]
 Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]  # minibatch -> augmented minibatch
@@ -37,6 +40,7 @@ class TrainSettings:
     optimizer: str = "sgd"
     momentum: float = 0.0
     weight_decay: float = 0.0
+    partial_backward: bool = False  # structured masks: skip frozen weight gradients (core/partial_backward.py)
 
 
 @dataclass
@@ -177,14 +181,15 @@ def local_train(
     loss_fn = nn.CrossEntropyLoss()
     model.train()
     total, steps = loss_accumulator(x.device), 0
-    for idx in batches_on(x.device, x.shape[0], settings, gen):
-        opt.zero_grad(set_to_none=True)
-        xb = x[idx] if augment is None else augment(x[idx], gen)
-        loss = loss_fn(model(xb), y[idx])
-        total += loss.detach()
-        if extra_loss is not None:
-            loss = loss + extra_loss(model)
-        loss.backward()
-        masked_step(opt, named, masks, restore)
-        steps += 1
+    with partial_backward(model, masks) if settings.partial_backward else contextlib.nullcontext():
+        for idx in batches_on(x.device, x.shape[0], settings, gen):
+            opt.zero_grad(set_to_none=True)
+            xb = x[idx] if augment is None else augment(x[idx], gen)
+            loss = loss_fn(model(xb), y[idx])
+            total += loss.detach()
+            if extra_loss is not None:
+                loss = loss + extra_loss(model)
+            loss.backward()
+            masked_step(opt, named, masks, restore)
+            steps += 1
     return TrainStats(float(total) / max(steps, 1), int(x.shape[0]), steps, time.perf_counter() - start)

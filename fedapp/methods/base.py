@@ -228,7 +228,11 @@ class ClientPolicy:
         (``batched.fit.local_fit``); what comes before and after stays per client."""
         x, y = job.tensors()
         extra = self.extra_loss(job.model, grad_masks)
-        return local_fit(job.model, x, y, settings_of(self.cfg), job.gen, grad_masks, extra, augment=job.data.augment)
+        return local_fit(job.model, x, y, self.train_settings(), job.gen, grad_masks, extra, augment=job.data.augment)
+
+    def train_settings(self) -> TrainSettings:
+        """The local training of ``fit``: the run-config's (FedSPU adds its partial backward)."""
+        return settings_of(self.cfg)
 
     def train(self, job: ClientJob) -> ClientResult:
         stats = self.fit(job)

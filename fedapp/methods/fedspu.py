@@ -5,8 +5,9 @@ of every hidden layer, chosen by the server at its tier's fraction p), keeps its
 values in the frozen entries, trains the *full* model with frozen gradients masked
 out, and uploads only the active entries. The whole trained model is its new
 personal model (disk store). It reports lambda*L_train + (1-lambda)*L_val for early
-stopping. Frozen neurons still run forward and backward, so masking saves upload
-but not compute (docs/results-fedspu.md measures this).
+stopping. Frozen neurons still run forward and carry the gradient back to earlier active
+neurons, but their own gradients are not computed in a CNN (core/partial_backward.py),
+so a step costs less at smaller p (docs/results-fedspu.md measures this).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from fedapp.batched.memory import ClientMemory
 from fedapp.core.device import host_arrays, load_host_arrays
 from fedapp.core.state_rounds import Schema
+from fedapp.core.train import TrainSettings
 from fedapp.methods.base import ClientJob, ClientPolicy, ClientResult, Method, local_test_scores, shaped_like, train_metrics
 from fedapp.methods.tier_client import active_masks, es_metrics, job_neurons
 from fedapp.methods.tiers import TieredServer, TierParams
@@ -38,6 +40,11 @@ class FedSPUClient(ClientPolicy):
 
     def chunk_memory(self) -> ClientMemory:
         return dataclasses.replace(super().chunk_memory(), mask_sets=1)  # its active neurons' gradient masks
+
+    def train_settings(self) -> TrainSettings:
+        """Frozen neurons skip their gradients (core/partial_backward.py): the same model, bit for
+        bit, as masking a full backward, at a cost that falls with p."""
+        return dataclasses.replace(super().train_settings(), partial_backward=True)
 
     def train(self, job: ClientJob) -> ClientResult:
         active = active_masks(job, job_neurons(job))
