@@ -11,7 +11,9 @@ nothing else is touched.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -21,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from fedapp.server import rundir
 from fedapp.sim.flower_home import checkout_env, superlink_pids
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,15 +111,53 @@ def ensure_superlink(checkout: Path, timeout: float = 300) -> None:
         raise RuntimeError(f"local SuperLink of {checkout} did not start: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
 
 
+# Nodes answer discovery once Ray is up and each simulated node has imported fedapp and torch: seconds
+# on an idle machine, but a loaded one stretches every start (a 1-round run took 311 s here at load
+# average 36-188 on 2 cores), so the default 120 s could end a run that was only slow. A test that
+# means a shorter discovery sets its own.
+DISCOVERY_TIMEOUT = 400.0
+
+
 def flwr_run(tmp: Path, run_config: dict[str, object], num_supernodes: int = 2, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """`flwr run <checkout> --stream` on the session's shared SuperLink; returns the finished process.
+    """`flwr run <checkout> --stream` on the session's shared SuperLink; returns the finished process,
+    which says nothing of how the run ended (:func:`assert_completed` does).
     (``tmp`` is kept for callers; results go to the run-dir they name.)"""
     checkout = shared_checkout()
     ensure_superlink(checkout)
+    run_config = {"discovery-timeout": DISCOVERY_TIMEOUT, **run_config}
     overrides = " ".join(f"{k}={toml_value(v)}" for k, v in run_config.items())
     federation = f"num-supernodes={num_supernodes} client-resources-num-cpus=1"
     cmd = [FLWR, "run", str(checkout), "--stream", "--run-config", overrides, "--federation-config", federation]
     return subprocess.run(cmd, cwd=checkout, env=run_env(checkout), capture_output=True, text=True, timeout=timeout)
+
+
+def run_status(proc: subprocess.CompletedProcess[str]) -> tuple[str, str]:
+    """(status, details) the SuperLink records for the run ``proc`` started, e.g. ("finished:failed",
+    "Simulation failed with exception: ..."); ("not started", "") when ``proc`` started none."""
+    started = re.search(r"Successfully started run (\d+)", proc.stdout)
+    if not started:
+        return "not started", ""
+    checkout = shared_checkout()
+    argv = [FLWR, "ls", "--run-id", started.group(1), "--format", "json"]
+    listed = subprocess.run(argv, cwd=checkout, env=run_env(checkout), capture_output=True, text=True, timeout=120, check=True)
+    run = json.loads(listed.stdout)["runs"][0]
+    return str(run["status"]), str(run["status-details"])
+
+
+def assert_completed(proc: subprocess.CompletedProcess[str], run_dir: Path) -> None:
+    """What a simulated run's test waits for: the SuperLink's record of the run as finished:completed,
+    which Flower writes only once the ServerApp returned, so the run folder is whole by then.
+    `flwr run --stream` exits 0 whenever the run finished, however: a ServerApp that raised (fedapp's
+    failure.json names why), or a run Flower failed itself. The latter is the flaky "no config.json":
+    the SuperLink fails a running task whose heartbeat it has not acknowledged for 60 s (2 x 30 s,
+    fixed in flwr), and on a heavily loaded machine the simulation process's heartbeats (a thread
+    sending one every ~20 s) miss that window while the ServerApp still waits for its nodes, so
+    nothing is written. The assertion names the status, its details and failure.json."""
+    status, details = run_status(proc) if proc.returncode == 0 else (f"flwr run exited {proc.returncode}", "")
+    failure = run_dir / rundir.FAILURE
+    recorded = failure.read_text().strip() if failure.exists() else "none"
+    tail = proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert status == "finished:completed", f"run {status}: {details} (failure.json: {recorded})\n{tail}"
 
 
 def fedapp_sim(checkout: Path, args: list[str]) -> subprocess.Popen[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.flwr_harness import flwr_run
+from tests.flwr_harness import assert_completed, flwr_run
 
 pytestmark = pytest.mark.flwr
 
@@ -31,7 +31,7 @@ def test_flwr_run_fedpart_trains_and_uploads_one_group_per_round(tmp_path: Path)
         "full-rounds-between-cycles": 0, "num-server-rounds": 7, "run-dir": str(run_dir),
     }  # fmt: skip
     proc = flwr_run(tmp_path, config)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_completed(proc, run_dir)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["trained_group"] for r in rows] == [-1, 0, 1, 2, 3, 4, 5]
     everything = {k: v for g in GROUPS for k, v in g.items()}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fedapp.sim.run_local import run_local
-from tests.flwr_harness import flwr_run
+from tests.flwr_harness import assert_completed, flwr_run
 
 pytestmark = pytest.mark.flwr
 
@@ -26,7 +26,7 @@ def rows(run_dir: Path) -> list[dict[str, object]]:
 
 def test_flwr_run_fedspu_early_stopping(tmp_path: Path) -> None:
     proc = flwr_run(tmp_path, {**CONFIG, "run-dir": str(tmp_path / "flwr")}, num_supernodes=2)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_completed(proc, tmp_path / "flwr")
     got = rows(tmp_path / "flwr")
     assert len(got) < 10 and got[-1]["active_clients"] == 0 and got[-1]["stopped_clients"] == 2  # ended early: all stopped
     pool = 2

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.data_files import write_cifar10, write_mnist
-from tests.flwr_harness import flwr_run
+from tests.flwr_harness import assert_completed, flwr_run
 
 pytestmark = pytest.mark.flwr
 
@@ -25,7 +25,7 @@ def test_flwr_run_fedavg_cifar_mnist_on_fixture_files(tmp_path: Path) -> None:
         "model": "cnn", "num-server-rounds": 2, "local-steps": 2, "batch-size": 16, "run-dir": str(run_dir),
     }  # fmt: skip
     proc = flwr_run(tmp_path, config)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_completed(proc, run_dir)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == [1, 2]
     for r in rows:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fedapp.server.checkpoint import client_state_dir
-from tests.flwr_harness import flwr_run
+from tests.flwr_harness import assert_completed, flwr_run
 
 pytestmark = pytest.mark.flwr
 
@@ -20,7 +20,7 @@ def test_flwr_run_fedselect_personalized_accuracy_and_shrinking_uploads(tmp_path
         "samples-per-client": 10, "batch-size": 10, "local-alt-epochs": 1, "state-store": "disk", "run-dir": str(run_dir),
     }  # fmt: skip
     proc = flwr_run(tmp_path, config, num_supernodes=5)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_completed(proc, run_dir)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == [1, 2, 3]
     for r in rows:

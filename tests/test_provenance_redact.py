@@ -16,7 +16,7 @@ from fedapp.methods.registry import resolve
 from fedapp.server.provenance import collect, user_command
 from fedapp.server.redact import REDACTED, redact_argv
 from fedapp.sim.run_local import full_config
-from tests.flwr_harness import flwr_run
+from tests.flwr_harness import DISCOVERY_TIMEOUT, assert_completed, flwr_run
 
 SECRET = "s3cr3t-Vx9"
 OPTIONS = [
@@ -97,9 +97,9 @@ def test_a_simulated_flwr_run_records_the_users_command_not_the_simulation_proce
     """`flwr run` on the local SuperLink: the ServerApp runs inside `flwr-simulation --token ...`."""
     run = {"num-clients": 2, "partition": "0,1,2,3,4|5,6,7,8,9", "num-server-rounds": 1, "local-steps": 2, "run-dir": str(tmp_path / "r")}
     proc = flwr_run(tmp_path, run, num_supernodes=2)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_completed(proc, tmp_path / "r")
     text = (tmp_path / "r" / "config.json").read_text()
     command = shlex.split(json.loads(text)["provenance"]["command"])
     assert command[:3] == ["flwr", "run", "--run-config"] and len(command) == 4, command
-    assert tomllib.loads("\n".join(command[3].split(" "))) == run  # no value has a space
+    assert tomllib.loads("\n".join(command[3].split(" "))) == {"discovery-timeout": DISCOVERY_TIMEOUT, **run}  # no value has a space
     assert "--token" not in text and "flwr-simulation" not in text

@@ -37,7 +37,7 @@ def flower_exe(name: str) -> str:
         return str(here)
     found = shutil.which(name)
     if found is None:
-        raise FileNotFoundError(f"{name} is not installed next to {sys.executable} nor on PATH (pip install flwr==1.41.0)")
+        raise FileNotFoundError(f"{name} is not installed next to {sys.executable} nor on PATH (flwr, a dependency of fedapp, brings it)")
     return found
 
 
