@@ -72,6 +72,9 @@ def test_code_from_an_app_bundle_takes_the_commit_of_the_checkout_holding_the_sa
     shutil.copytree(repo / "fedapp", fab / "fedapp")
     monkeypatch.delenv("FEDAPP_CHECKOUT", raising=False)
     assert provenance.source(fab / "fedapp") == (None, f"fedapp ran from {fab}, not a git checkout, and FEDAPP_CHECKOUT is not set")
+    monkeypatch.setenv("FEDAPP_CHECKOUT", str(tmp_path))  # a folder that is no checkout of the app (not visible, say)
+    nowhere = f"fedapp ran from {fab} (no .git), and {tmp_path} (FEDAPP_CHECKOUT) holds no fedapp/ folder here"
+    assert provenance.source(fab / "fedapp") == (None, nowhere)
     monkeypatch.setenv("FEDAPP_CHECKOUT", str(repo))
     found, how = provenance.source(fab / "fedapp")
     assert found is not None and found["commit"] == expected_git(repo)["commit"] and found["source"] == str(repo)

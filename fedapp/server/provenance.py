@@ -107,7 +107,9 @@ def source(package: Path = PACKAGE_DIR) -> tuple[dict[str, Any] | None, str]:
     base = checkout_base()
     if base is None:
         return None, f"fedapp ran from {package.parent}, not a git checkout, and FEDAPP_CHECKOUT is not set"
-    if not (base / "fedapp").is_dir() or code_digest(base / "fedapp") != code_digest(package):
+    if not (base / "fedapp").is_dir():
+        return None, f"fedapp ran from {package.parent} (no .git), and {base} (FEDAPP_CHECKOUT) holds no fedapp/ folder here"
+    if code_digest(base / "fedapp") != code_digest(package):
         return None, f"fedapp ran from {package.parent} (no .git), and its code differs from the checkout {base} (FEDAPP_CHECKOUT)"
     found = git_state(base)
     if found is None:
