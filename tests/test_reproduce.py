@@ -89,6 +89,15 @@ def test_a_resumed_run_and_a_shorter_replay(tmp_path: Path) -> None:
     assert "model.npz not compared: 1 of the recorded 2 rounds replayed" in out
 
 
+@pytest.mark.parametrize("method", ["fedavg-ft", "fedper", "local"])
+def test_the_personalised_baselines_no_config_file_runs_are_identical(tmp_path: Path, method: str) -> None:
+    """The methods no file in configs/ runs (scripts/config_snapshot.py run --reproduce covers the others)."""
+    shard = {"partition": "shard", "classes-per-client": 2, "samples-per-client": 10, "mlp-hidden": "16", "batch-size": 10}
+    run = run_local({**RUN, **shard, "method": method, "num-clients": 5, "run-dir": str(tmp_path / "run")})
+    code, out = reproduce(str(run), "--out", str(tmp_path / "rux"))
+    assert code == 0 and out.splitlines()[-1] == "identical" and "not compared" not in out, out
+
+
 def test_bad_input_is_one_line_before_any_training(tmp_path: Path, finished: Path) -> None:
     code, out = reproduce(str(tmp_path / "nothing"))
     assert code == 2 and out.strip().splitlines() == [
