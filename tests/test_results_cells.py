@@ -83,7 +83,7 @@ def test_fedspu_digits_early_stopping_alpha_01(tmp_path: Path) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="measured at this commit: best 76.66 % as printed, final 75.86 % where docs/results-fedpart.md prints 76.46 %",
+    reason="measured here and at b9ed31e: best 76.66 % as printed, final 75.86 % where docs/results-fedpart.md prints 76.46 %",
 )
 def test_fedpart_digits_noise_04_seed_0(tmp_path: Path) -> None:
     """docs/results-fedpart.md, digits CNN σ = 0.4, per seed best / final: FedPart seed 0, 76.66 / 76.46
