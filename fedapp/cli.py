@@ -33,6 +33,14 @@ def cmd_sim(args: argparse.Namespace) -> int:
     return run(overrides_of(args.config), Path(args.app), args.federation_config)
 
 
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from fedapp.sim.reproduce import reproduce
+
+    same, lines = reproduce(Path(args.run_dir), args.rounds, Path(args.out) if args.out else None)
+    print("\n".join(lines))
+    return 0 if same else 1
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from fedapp.report.compare import report
 
@@ -84,6 +92,13 @@ def parser() -> argparse.ArgumentParser:
         "--federation-config", help='passed to `flwr run`, e.g. "num-supernodes=4 client-resources-num-cpus=1" (default: num-clients nodes)'
     )
     sim.set_defaults(fn=cmd_sim)
+    rp = sub.add_parser(
+        "reproduce", help="run a finished run again from its config.json in a new folder; compare rows and model.npz (exit 1: differs)"
+    )
+    rp.add_argument("run_dir", metavar="RUN_DIR", help="a finished run folder (config.json, metrics.jsonl, model.npz)")
+    rp.add_argument("--rounds", type=int, help="replay only the first N rounds (compares their rows; default: all)")
+    rp.add_argument("--out", help="the new run folder (default: RUN_DIR-reproduced-<UTC time> beside it)")
+    rp.set_defaults(fn=cmd_reproduce)
     rep = sub.add_parser("report", help="plot and tabulate run folders")
     rep.add_argument("runs", nargs="+", help="run folders (each with metrics.jsonl and config.json)")
     rep.add_argument("--out", help="output folder (default: <first run's parent>/report)")

@@ -35,8 +35,11 @@ CONNECTION = "fedtest"
 
 
 def base_env(home: Path) -> dict[str, str]:
+    """``FEDAPP_CHECKOUT``: the checkout `flwr run` submits (the ServerApp records its commit when
+    its code is the app bundle's, fedapp.server.provenance), as an operator sets it on the SuperLink host."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(
+        FEDAPP_CHECKOUT=str(shared_checkout()),
         FLWR_HOME=str(home), FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1", FLWR_TELEMETRY_ENABLED="0",
         FLWR_DISABLE_UPDATE_CHECK="1", PYTHONUNBUFFERED="1", PATH=f"{Path(PY).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     )  # fmt: skip

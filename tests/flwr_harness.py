@@ -46,7 +46,14 @@ def toml_value(v: object) -> str:
 
 
 def copy_checkout(dest: Path) -> Path:
-    """A second checkout of this one at ``dest``: its tracked and unignored files, as they are now."""
+    """A second checkout of this one at ``dest``: a git clone at this checkout's commit (sharing its
+    objects, read only) holding its tracked and unignored files as they are now, so the copy is as
+    dirty as this one and a run from it records the same commit and diff digest."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(ROOT), str(dest)], check=True, capture_output=True)
+    for args in (["update-ref", "--no-deref", "HEAD", head], ["read-tree", head]):
+        subprocess.run(["git", "-C", str(dest), *args], check=True, capture_output=True)
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True)
     for name in filter(None, listed.stdout.decode().split("\0")):
         src = ROOT / name

@@ -22,9 +22,12 @@ from fedapp.client.handlers import handle_train
 from fedapp.core.config import ConfigError
 from fedapp.engine.ray_workers import RayGrid
 from fedapp.server import checkpoint
+from fedapp.server.results import read_config, read_provenance
 from fedapp.sim.run_local import full_config, run_local
 from tests.client_apps import app_with_train
+from tests.flwr_harness import ROOT
 from tests.run_rows import outcome_rows
+from tests.test_provenance import check_recorded
 
 FEDAVG = {
     "dataset": "digits", "partition": "iid", "num-clients": 4, "num-server-rounds": 2, "local-steps": 4, "batch-size": 16,
@@ -85,6 +88,9 @@ def test_two_workers_give_the_rows_model_and_client_state_of_one_process(tmp_pat
     assert rows_two == outcome_rows(one)
     assert same_arrays(model_of(one), model_of(two))
     assert same_arrays(client_files(one), client_files(two))
+    recorded = read_provenance(two)  # what the workers reported: each node's data digest and versions, the commit
+    assert recorded["engine"] == "in-process, Ray workers" and recorded["nodes"] == read_provenance(one)["nodes"]
+    check_recorded(recorded, read_config(two), ROOT)
     if cfg is FEDSELECT:  # personal state exists, so the comparison above compared something
         assert client_files(one)
     raw = [json.loads(line) for line in (two / "metrics.jsonl").read_text().splitlines()]

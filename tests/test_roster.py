@@ -4,6 +4,7 @@ gives a partition only to the node registered for it once bindings are in force.
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -54,6 +55,7 @@ def test_discover_maps_partitions_and_keeps_device_facts(tmp_path: Path) -> None
     assert roster.nodes == {0: 1000, 1: 1001, 2: 1002}
     assert {k: v for k, v in roster.info[2].items() if k not in ("energy-meter", "device")} == {
         "partition-id": 2, "tier": "low", "device-name": "board-2", "num-partitions": 3, "state-store": "context",
+        **{f"version-{p}": importlib.metadata.version(p) for p in ("fedapp", "flwr", "torch", "torchvision", "numpy")},
     }  # fmt: skip
     assert roster.info[2]["device"] == describe(pick("auto"))  # the device the node trains on
 

@@ -19,7 +19,10 @@ from pathlib import Path
 import pytest
 
 from fedapp.deploy.keys import make_node_keys
+from fedapp.server.results import read_config
 from tests.deploy_harness import Federation, cmdline, descendants, rows
+from tests.flwr_harness import shared_checkout
+from tests.provenance_checks import check_recorded
 
 pytestmark = pytest.mark.flwr
 
@@ -90,6 +93,7 @@ def test_a_registered_rogue_answering_discovery_first_gets_no_partition_and_leav
         assert token.encode() not in data, f"the ServerApp's token is in {path}"
         assert b"PRIVATE KEY" not in data and not any(line in data for line in material), f"private-key material in {path}"
     provenance = json.loads((run_dir / "config.json").read_text())["provenance"]
+    check_recorded(provenance, read_config(run_dir), shared_checkout())  # each node's versions and data digest, the commit
     command = shlex.split(provenance["command"])  # the user's `flwr run`, its overrides as TOML (no value has a space)
     assert command[:3] == ["flwr", "run", "--run-config"] and len(command) == 4, command
     assert tomllib.loads("\n".join(command[3].split(" "))) == {**RUN, "run-dir": str(run_dir)}

@@ -79,7 +79,8 @@ def test_default_run_dirs_are_new_per_run_and_record_provenance(tmp_path: Path, 
     assert a != b and a.parent == b.parent == tmp_path / "runs" and re.fullmatch(r"\d{8}-\d{6}-fedavg-digits-[0-9a-f]{4}", a.name)
     prov = read_provenance(a)
     assert prov["engine"] == "in-process" and prov["packages"]["flwr"] == flwr.__version__ and "device" in prov
-    assert prov["git"] is None or len(prov["git"]["commit"]) == 40
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert prov["git"]["commit"] == head and prov["git"]["source"] == str(ROOT)  # the checkout fedapp runs from
     assert "provenance" not in read_config(a) and read_config(a)["run-dir"] == str(a)
 
 

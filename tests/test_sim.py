@@ -29,6 +29,7 @@ from fedapp.server.loop import serve
 from fedapp.sim.flower_home import checkout_env, ports, superlink_pids
 from fedapp.sim.run_local import full_config
 from tests.flwr_harness import copy_checkout, fedapp_sim, shared_checkout, toml_value
+from tests.provenance_checks import check_recorded
 from tests.test_fedpews_run import BASE as PEWS
 from tests.test_fedpews_run import dense_upload
 
@@ -101,6 +102,7 @@ def test_two_checkouts_simulate_at_once_and_keep_their_results_apart(tmp_path: P
         config = json.loads((checkout / "runs" / "same" / "config.json").read_text())
         assert config["method"] == method and config["run-dir"] == str(checkout / "runs" / "same")
         assert config["provenance"]["engine"] == "flwr run" and config["provenance"]["fab-hash"]
+        check_recorded(config["provenance"], {k: v for k, v in config.items() if k != "provenance"}, checkout)  # from the FAB
     homes = [checkout_env(c)["FLWR_HOME"] for c in (a, b)]
     assert ports(a) != ports(b) and homes[0] != homes[1]
     running = [superlink_pids(h, ports(c)[0]) for h, c in zip(homes, (a, b), strict=True)]

@@ -1,5 +1,6 @@
 """The ClientApp's ``query`` handler: who this node is (partition, device facts, the device it
-trains on, energy meter).
+trains on, energy meter, its package versions). A query that asks for ``data`` is answered by
+fedapp.client.data_query instead (the digest of the node's data, asked once after discovery).
 
 Kept apart from fedapp.client.handlers so that discovery, the first message every node answers,
 imports neither the data loaders nor the method modules: only the base run-config keys are
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from fedapp.core.config import ConfigError, RunConfig, parse
+from fedapp.core.versions import version_facts
 from fedapp.energy.auto import MeterSettings, process_sampler
 from fedapp.methods.tier_facts import NODE_FACTS as TIER_FACTS
 
@@ -39,11 +41,17 @@ def handle_query(msg: Message, context: Context) -> Message:
     """Tell the server who this node is: its partition, device facts, the device it will train on,
     and its energy meter (device and meter opened here, so a device or meter named but absent
     stops the run at discovery)."""
+    asked = msg.content.get("config")
+    if isinstance(asked, ConfigRecord) and asked.get("ask") == "data":
+        from fedapp.client.data_query import handle_data_query
+
+        return handle_data_query(msg, context)
     nc = context.node_config
     info: dict[str, int | float | str] = {"partition-id": int(nc["partition-id"])}  # type: ignore[arg-type]
     for k in NODE_FACTS:
         if k in nc:
             info[k] = nc[k]  # type: ignore[assignment]
+    info.update(version_facts())
     try:
         cfg = parse(RunConfig, context.run_config)
         device = training_device(cfg, nc)

@@ -27,6 +27,7 @@ from fedapp.fleet import FleetError, cgroups, images, net
 from fedapp.fleet.clean import clean, prefix_of
 from fedapp.fleet.power import modelled_joules
 from fedapp.fleet.profile import DeviceClass, Profile
+from fedapp.server.rundir import CHECKOUT_ENV
 
 PROXY_PORT, CONTROL_PORT, NODE_PORT, PROBE_PORT = 8000, 9093, 9094, 5201
 CONNECTION = "fleet"
@@ -315,6 +316,7 @@ def run_fleet(
             run_dir.mkdir(parents=True, exist_ok=True)
         fleet.create()
         print(f"fedapp fleet: {n} nodes ({', '.join(f'{c.count} {c.name}' for c in profile.classes)}), names {prefix}*", flush=True)
+        fleet.env[CHECKOUT_ENV] = str(app.resolve())  # its commit goes into each run's provenance while its code is the FAB's
         fleet.start_superlink()
         fleet.register()
         fleet.start_nodes()

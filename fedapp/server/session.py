@@ -29,12 +29,14 @@ from fedapp.core.logs import log_devices, log_meters
 from fedapp.core.runtime import configure_determinism, configure_threads
 from fedapp.core.state import unkeyed_files
 from fedapp.core.state_rounds import Lineage
+from fedapp.core.versions import mismatches, package_versions
 from fedapp.data import Dataset, check_partition, dataset_for
 from fedapp.energy.ledger import Ledger
 from fedapp.methods.base import Method, ServerPolicy
 from fedapp.methods.registry import resolve
 from fedapp.models import initial_model
 from fedapp.server import checkpoint, reply_checks, rundir
+from fedapp.server.node_data import ask_data
 from fedapp.server.progress import RoundLog, RoundReporter
 from fedapp.server.provenance import collect
 from fedapp.server.results import RunWriter, read_metrics, resolved_config
@@ -101,6 +103,7 @@ def prepare(grid: Grid, taken: Claim, discovery_timeout: float | None, report: R
     if not cfg.num_clients:
         cfg = dataclasses.replace(cfg, num_clients=roster.num_clients)
         check_settings(cfg, method, params, taken.raw_config)
+    ask_data(roster, cfg.round_timeout)  # each node's data digest, for the provenance
     ds = dataset_for(cfg)
     model = initial_model(cfg, ds)  # w0 from the CPU generator on every machine
     initial = host_arrays(model.state_dict())
@@ -165,12 +168,14 @@ class RunSession:
     ledger: Ledger = field(default_factory=Ledger, init=False)
     book: ScoreBook = field(init=False)  # the clients' personalised scores (the strategy's train messages ask for them)
     pending: Pending | None = field(default=None, init=False)  # the last round's row while it waits for scores (fedapp.server.scores)
+    first_notes: dict[str, Any] = field(default_factory=dict, init=False)  # keys for the first row this start writes
 
     def open(self, run_log: RunLog, provenance: dict[str, Any] | None) -> None:
         """The run's first writes: run.log, config.json (the writer), no stale failure.json, devices.json."""
         run_dir, ckpt = Path(self.cfg.run_dir), self.ckpt
         run_log.open(run_dir, append=ckpt is not None)
-        self.writer = RunWriter(run_dir, self.config, keep_rounds=ckpt.round if ckpt else 0, provenance=collect(self.cfg, provenance))
+        record = collect(self.cfg, provenance, self.roster.info)
+        self.writer = RunWriter(run_dir, self.config, keep_rounds=ckpt.round if ckpt else 0, provenance=record)
         (run_dir / rundir.FAILURE).unlink(missing_ok=True)  # an earlier attempt's reason no longer applies
         devices = {str(p): str(f.get("device", "unknown")) for p, f in self.roster.info.items()}
         self.writer.write_json("devices.json", {"server": describe(self.device), "clients": devices})
@@ -200,6 +205,9 @@ class RunSession:
         meters = {str(p): str(f.get("energy-meter", "unknown")) for p, f in self.roster.info.items()}
         self.writer.write_json("meters.json", meters)
         log_meters(meters)
+        if differ := mismatches(package_versions(), self.roster.info, self.roster.nodes):
+            log.warning("nodes whose torch or fedapp differs from the server's: %s", "; ".join(differ))
+            self.first_notes = {"node_versions_differ": differ}
         self.policy = self.method.server(cfg, self.params, self.initial, self.roster.info, self.model)
         scale = reply_checks.scales(self.initial)  # the step bound's unit, from the initial model in every round (also on resume)
         refresh = lambda: self.roster.refresh(cfg.round_timeout)  # noqa: E731
@@ -259,6 +267,8 @@ class RunSession:
         pending.draft, pending.at = row_parts(rnd, acc, loss, result)
         if refused := self.roster.take_refused():  # claims the roster refused since the last row (fedapp.server.roster)
             pending.draft.append(("roster_refused", refused))
+        pending.draft += list(self.first_notes.items())
+        self.first_notes = {}
         if (notes := getattr(grid, "round_notes", None)) is not None:  # the in-process engine's batched executor
             pending.draft += notes().items()
         pending.times = (time.perf_counter() - start, t_start, time.time())
