@@ -8,18 +8,23 @@ in flight; a resumed run drops any metrics row newer than the checkpoint and red
 so no round is lost or repeated.
 
 The checkpoint also holds the resolved run-config (less the keys in RESUMABLE) and its hash:
-``resume=true`` with a config that learns something else is refused, naming the keys.
+``resume=true`` with a config that learns something else is refused, naming the keys. It carries
+its run's identity: the digest of the metrics rows written up to its round (``rows``,
+fedapp.server.results.rows_digest). A resume whose metrics.jsonl does not hold those rows (another
+run's checkpoint copied in, or another run's rows) is refused before anything is written. The file
+is read only as a regular file inside the run folder, its archive members checked before any is
+read (fedapp.core.safe_read).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import re
 import secrets
 import time
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,8 +32,10 @@ from typing import Any
 import numpy as np
 
 from fedapp.core.config import ConfigError
+from fedapp.core.safe_read import UnsafeFile, read_npz
 from fedapp.core.state import save_npz_atomic, token_folder
 from fedapp.core.state_rounds import Lineage
+from fedapp.server.results import read_metrics_upto, rows_digest
 from fedapp.server.rundir import CLIENT_STATE
 
 FILE = "checkpoint.npz"
@@ -48,6 +55,7 @@ class Checkpoint:
     finished: bool = False  # the method stopped early (e.g. FedSPU early stopping)
     config: dict[str, Any] | None = None  # the run's resolved config less RESUMABLE (None: an older checkpoint)
     lineage: str = ""  # the server starts whose client-state versions count (fedapp.core.state_rounds.Lineage; '' = one)
+    rows: str = ""  # digest of the run's metrics rows up to this round (results.rows_digest; '' = an older checkpoint)
 
 
 def learned(config: dict[str, Any]) -> dict[str, Any]:
@@ -70,6 +78,8 @@ def save(run_dir: str | Path, ckpt: Checkpoint) -> Path:
     meta: dict[str, Any] = {"round": ckpt.round, "token": ckpt.token, "finished": ckpt.finished, "rng": [version, list(internal), gauss]}
     if ckpt.lineage:
         meta["lineage"] = ckpt.lineage
+    if ckpt.rows:
+        meta["rows"] = ckpt.rows
     if ckpt.config is not None:
         meta.update({"config": learned(ckpt.config), "config-hash": config_hash(ckpt.config)})
     payload = {f"global/{k}": v for k, v in ckpt.arrays.items()}
@@ -82,21 +92,20 @@ def save(run_dir: str | Path, ckpt: Checkpoint) -> Path:
 
 def load(run_dir: str | Path) -> Checkpoint | None:
     path = Path(run_dir) / FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     try:
-        if not zipfile.is_zipfile(path):  # np.load would try a non-zip file as a pickle and say so
-            raise ValueError("not an .npz archive")
-        with np.load(path, allow_pickle=False) as data:
-            meta = json.loads(str(data["meta"]))
-            arrays = {k.removeprefix("global/"): data[k] for k in data.files if k.startswith("global/")}
-            policy = {k.removeprefix("policy/"): data[k] for k in data.files if k.startswith("policy/")}
+        data = read_npz(path, run_dir)
+        meta = json.loads(str(data["meta"]))
+        arrays = {k.removeprefix("global/"): v for k, v in data.items() if k.startswith("global/")}
+        policy = {k.removeprefix("policy/"): v for k, v in data.items() if k.startswith("policy/")}
         version, internal, gauss = meta["rng"]
         rng = (version, tuple(internal), gauss)
-        lineage = str(meta.get("lineage", ""))
-        return Checkpoint(int(meta["round"]), arrays, policy, rng, str(meta["token"]), bool(meta["finished"]), meta.get("config"), lineage)
-    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as err:
-        raise ConfigError(f"checkpoint {path} is damaged or not a fedapp checkpoint ({err}); move it away, or set overwrite=true") from None
+        lineage, rows, token = str(meta.get("lineage", "")), str(meta.get("rows", "")), str(meta["token"])
+        return Checkpoint(int(meta["round"]), arrays, policy, rng, token, bool(meta["finished"]), meta.get("config"), lineage, rows)
+    except (OSError, ValueError, KeyError, TypeError, EOFError) as err:
+        why = err.why if isinstance(err, UnsafeFile) else str(err)
+        raise ConfigError(f"checkpoint {path} is damaged or not a fedapp checkpoint ({why}); move it away, or set overwrite=true") from None
 
 
 def client_state_dir(run_dir: str | Path) -> Path:
@@ -163,6 +172,15 @@ def check_contents(run_dir: str | Path, ckpt: Checkpoint, initial: dict[str, np.
     for name, a in ckpt.policy.items():
         if a.dtype.kind in "fc" and not np.isfinite(a).all():
             raise bad(f"method state {name!r} has non-finite values")
+    try:
+        rows = read_metrics_upto(run_dir, ckpt.round) if ckpt.rows else []
+    except UnsafeFile as err:
+        raise bad(f"cannot check it against its run's rows ({err})") from None
+    if ckpt.rows and ckpt.rows != rows_digest(rows):
+        raise bad(
+            f"it belongs to another run: metrics.jsonl does not hold the rows of rounds 1..{ckpt.round} it was written after "
+            "(a checkpoint or metrics file copied from another run folder?)"
+        )
     try:
         random.Random().setstate(ckpt.rng)
         token_folder(".", ckpt.token)
