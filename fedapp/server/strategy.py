@@ -37,6 +37,7 @@ from fedapp.downlink.traffic import Sizer, message_bytes, wire_row
 from fedapp.methods.base import NodeTask, Reply, ServerPolicy
 from fedapp.server import reply_checks as checks
 from fedapp.server import robust
+from fedapp.server.reply_binding import Replays, bind
 
 log = logging.getLogger("flwr")
 
@@ -59,6 +60,7 @@ class RoundStats:
     wire_down: dict[int, int] = field(default_factory=dict)  # per partition: serialized bytes of all messages sent (downlink.traffic)
     wire_up: dict[int, int] = field(default_factory=dict)  # per partition: serialized bytes of every reply received
     downlink: dict[str, Any] | None = None  # downlink = selected: who got the full model, a catch-up, a cache-miss resend
+    replayed: list[int] = field(default_factory=list)  # partitions whose reply repeats one of their node's earlier replies
 
     def row(self, more_reasons: Iterable[str] = ()) -> dict[str, Any]:
         """The row's core round keys; ``more_reasons`` (the evaluation's) follow this round's own."""
@@ -73,6 +75,8 @@ class RoundStats:
         row.update(wire_row(self.wire_down, self.wire_up))
         if self.downlink is not None:
             row["downlink"] = self.downlink
+        if self.replayed:
+            row["replayed_pids"] = sorted(self.replayed)
         return row
 
 
@@ -133,6 +137,8 @@ class MaskedStrategy(Strategy):
         self.sent_nodes: dict[int, int] = {}  # partition id -> node its train task went to this round
         self.tasks: dict[int, NodeTask] = {}  # partition id -> its train task this round (what its reply may cover)
         self.eval_nodes: dict[int, int] = {}  # partition id -> node its evaluate task went to this round
+        self.replays = Replays()  # per node, what its accepted train replies held (a replay is flagged)
+        self.eval_sent: list[Message] = []  # this round's evaluate messages, which its evaluate replies must answer
         self.scale: dict[str, float] = dict(scale or {})  # per float tensor: the unit of the step bound (reply_checks.scales)
         self.limits: tuple[dict[str, int], dict[str, int]] = ({}, {})  # most data bytes per values / mask array
         self.sizes = split_sizes(cfg)  # per partition: local train and test samples (deterministic split)
@@ -203,7 +209,10 @@ class MaskedStrategy(Strategy):
         that refused its cache gets the full model in a second exchange), counting every reply's bytes."""
 
         def send(msgs: list[Message]) -> list[Message]:
-            replies = list(grid.send_and_receive(msgs, timeout=self.cfg.round_timeout))
+            replies, dropped = bind(msgs, grid.send_and_receive(msgs, timeout=self.cfg.round_timeout))
+            for reason in dropped:  # the node whose message it claimed to answer is unharmed; the sender's own message has no reply
+                self.stats.reasons.append(reason)
+                log.warning("round %d: %s", server_round, reason)
             self.count_up(replies, self.sent_nodes)
             return replies
 
@@ -281,6 +290,14 @@ class MaskedStrategy(Strategy):
             stats.bytes_up += record_bytes(msg.content, skip=self.policy.eval_records)
             stats.bytes_up_eval += record_bytes(msg.content, only=self.policy.eval_records)
             stats.client_metrics[reply.pid] = reply.metrics
+            if self.replays.seen(msg.metadata.src_node_id, msg.content):
+                stats.replayed.append(reply.pid)
+                log.warning(
+                    "round %d: node %s (partition %d) sent a reply identical to one of its earlier replies",
+                    server_round,
+                    msg.metadata.src_node_id,
+                    reply.pid,
+                )
             ok.append(reply)
         for _ in range(stats.sent - received):
             self._fail("no reply before round-timeout")
@@ -327,6 +344,7 @@ class MaskedStrategy(Strategy):
             content = RecordDict({"arrays": arrays, "config": cfg})
             self.count_down(pid, content)
             messages.append(self._message(content, pid, MessageType.EVALUATE, server_round))
+        self.eval_sent = messages  # the grid gives each its id when it sends them (reply_binding)
         return messages
 
     def check_eval(self, msg: Message) -> tuple[int, dict[str, float]]:
@@ -352,7 +370,8 @@ class MaskedStrategy(Strategy):
         """Check the evaluate replies and summarise their accuracies (``result.metrics`` is
         Flower's MetricRecord, None when no client reported one)."""
         result = EvalResult()
-        replies = list(replies)
+        replies, dropped = bind(self.eval_sent, replies)
+        result.reasons.extend(dropped)
         self.count_up(replies, self.eval_nodes)
         for msg in replies:
             if msg.has_error():
