@@ -357,7 +357,8 @@ class MaskedStrategy(Strategy):
         acc = metrics.get("accuracy")
         if acc is None or not 0.0 <= acc <= 1.0:
             raise checks.ReplyError(f"accuracy = {acc!r}, expected a number in [0, 1]")
-        checks.sample_count(metrics, self.sizes[pid].test, "local test")
+        n = checks.sample_count(metrics, self.sizes[pid].test, "local test")
+        checks.evaluation(metrics, int(n))
         return pid, metrics
 
     def personal_eval_round(self, server_round: int) -> bool:
