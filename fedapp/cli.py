@@ -126,12 +126,13 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from fedapp.core.safe_read import UnsafeFile
     from fedapp.data.fetch import FetchError
 
     args = parser().parse_args(argv)
     try:
         return int(args.fn(args))
-    except (ConfigError, DeployError, FileNotFoundError, FetchError, FleetError) as err:
+    except (ConfigError, DeployError, FileNotFoundError, FetchError, FleetError, UnsafeFile) as err:
         print(f"fedapp: error: {err}", file=sys.stderr)
         return 2
 

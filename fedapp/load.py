@@ -12,6 +12,7 @@ records it found: its clients use the global model.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,18 +40,18 @@ def load_model(run_dir: str | Path) -> nn.Module:
     import torch
 
     from fedapp.core.device import load_host_arrays
+    from fedapp.core.safe_read import read_npz
     from fedapp.data import dataset_for
     from fedapp.models import build_model
 
     path = Path(run_dir) / "model.npz"
-    if not path.exists():
+    if not os.path.lexists(path):
         raise FileNotFoundError(f"{path} does not exist: the run in {run_dir} has not finished (checkpoint.npz holds its last round)")
     cfg = run_config(run_dir)
     ds = dataset_for(cfg)  # the input shape and class count the model was built for
     with torch.device("cpu"):
         model = build_model(cfg, ds.in_shape, ds.num_classes)
-    with np.load(path, allow_pickle=False) as data:
-        load_host_arrays(model, {k: data[k] for k in data.files})
+    load_host_arrays(model, read_npz(path, run_dir))  # a regular file inside the run folder, its members checked first
     return model.eval()
 
 

@@ -160,7 +160,7 @@ def test_a_torn_last_metrics_line_is_dropped_on_resume_and_by_the_report(finishe
 def test_a_damaged_line_before_the_last_is_an_error_naming_file_and_line(finished: Path) -> None:
     lines = (finished / "metrics.jsonl").read_text().splitlines()
     (finished / "metrics.jsonl").write_text("\n".join(["{bad", *lines]) + "\n")
-    with pytest.raises(ValueError, match=r"metrics.jsonl line 1 is not a JSON row"):
+    with pytest.raises(ValueError, match=r"metrics.jsonl: line 1 is not a JSON row"):
         read_metrics(finished)
 
 

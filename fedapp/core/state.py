@@ -15,7 +15,9 @@ which one a message reads):
   simulation, the node's ``state-dir`` in deployment), atomically, so state survives
   restarts and memory does not grow with thousands of simulated clients.
 
-A state file that cannot be read (a disk error, a file written by something else) fails
+A state file is read only as a regular file inside its store's folder, its archive members checked
+before any is read (fedapp.core.safe_read). One that cannot be read (a disk error, a file written
+by something else, a FIFO, a link out of the folder) fails
 that round's message with an error naming it, and is moved aside to ``<name>.corrupt`` so
 the client starts afresh the next round, as after a lost state-dir (every method already
 handles that). Failing the round puts the file's name in the server's failure_reasons, where
@@ -40,6 +42,7 @@ import numpy as np
 from flwr.app import Context
 
 from fedapp.core.atomic import write_atomic
+from fedapp.core.safe_read import NPZ_LIMIT, UnsafeFile, open_regular, read_npz
 from fedapp.core.wire import from_record, to_record
 
 TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")  # checkpoint.new_token's alphabet, one path component
@@ -174,18 +177,19 @@ class DiskStore(SlotStore):
 
     def read(self, partition: int, slot: str = "") -> dict[str, np.ndarray]:
         p = self.path(partition, slot)
-        if not p.exists():
+        if not os.path.lexists(p):
             return {}
         try:
-            with np.load(p, allow_pickle=False) as data:
-                arrays = {k: data[k] for k in data.files}
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+            arrays = read_npz(p, self.root)
+        except (OSError, ValueError) as err:
             aside = p.with_name(p.name + ".corrupt")
-            os.replace(p, aside)
-            raise StateError(
-                f"client state file {p} is unreadable ({type(err).__name__}: {err}); moved to {aside.name}, "
-                "the client starts afresh next round"
-            ) from None
+            try:
+                os.replace(p, aside)
+                where = f"moved to {aside.name}"
+            except OSError as move:
+                where = f"left in place ({move.strerror})"
+            why = err.why if isinstance(err, UnsafeFile) else f"{type(err).__name__}: {err}"
+            raise StateError(f"client state file {p} is unreadable ({why}); {where}, the client starts afresh next round") from None
         unkeyed = sorted(n for n in arrays if "/" not in n)
         if unkeyed:
             raise StateError(
@@ -214,11 +218,11 @@ def unkeyed_files(folder: Path) -> list[Path]:
     old = []
     for p in sorted(folder.glob("client-*.npz")):
         try:
-            with zipfile.ZipFile(p) as z:
+            with open_regular(p, folder, NPZ_LIMIT) as fh, zipfile.ZipFile(fh) as z:
                 if any("/" not in n.removesuffix(".npy") for n in z.namelist()):
                     old.append(p)
-        except (OSError, zipfile.BadZipFile):
-            continue  # unreadable: the client moves it aside itself (DiskStore)
+        except (OSError, ValueError, zipfile.BadZipFile):
+            continue  # not a regular file in the folder, or unreadable: the client moves it aside itself (DiskStore)
     return old
 
 

@@ -10,6 +10,12 @@ create messages outside a SuperLink (pinned flwr version; covered by tests).
 With run-config ``client-batch`` other than 1, a round's train messages go to the batched
 executor (``batched_executor.py``): the same ClientApp calls, with the clients' local
 training run as vectorised chunks. Every other message is delivered one at a time.
+
+Each message gets an id when it is sent (as Flower's grids give one when they push it), and a
+reply that does not answer its message (another ``reply_to_message_id``, or another node as its
+source) becomes that message's error reply: a client cannot answer for another node here, in the
+batched lanes or on a Ray worker (fedapp.server.reply_binding checks the same on the server, for
+every engine).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ if TYPE_CHECKING:
     from fedapp.engine.batched_executor import BatchedExecutor
 
 SERVER_NODE_ID = 1
+UNBOUND = 409  # error code of a reply that answered another message or came from another node
 
 
 class LocalGrid(Grid):
@@ -42,6 +49,7 @@ class LocalGrid(Grid):
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SERVER_NODE_ID, 1  # type: ignore[misc]
         self.client_app = client_app
         self._ids = itertools.count(1)
+        self._message_ids = itertools.count(1)
         configs = node_configs or [{} for _ in range(num_nodes)]
         self.contexts: dict[int, Context] = {}
         for pid, extra in enumerate(configs):
@@ -83,7 +91,24 @@ class LocalGrid(Grid):
     def get_node_ids(self) -> Iterable[int]:
         return list(self.contexts)
 
+    def stamp(self, messages: Iterable[Message]) -> list[Message]:
+        """Give each message without an id one, as a grid does when it pushes it (Flower's own sets
+        the private field the same way); replies name it in ``reply_to_message_id``."""
+        messages = list(messages)
+        for msg in messages:
+            if not msg.metadata.message_id:
+                msg.metadata.__dict__["_message_id"] = f"local-{next(self._message_ids)}"
+        return messages
+
     def _deliver(self, msg: Message) -> Message:
+        self.stamp([msg])
+        reply = self._answer(msg)
+        if reply.metadata.reply_to_message_id != msg.metadata.message_id or reply.metadata.src_node_id != msg.metadata.dst_node_id:
+            why = f"reply names message {reply.metadata.reply_to_message_id[:40]!r} from node {reply.metadata.src_node_id}"
+            reply = Message(Error(code=UNBOUND, reason=f"reply not bound to its message ({why}), refused"), reply_to=msg)
+        return reply
+
+    def _answer(self, msg: Message) -> Message:
         ctx = self.contexts.get(msg.metadata.dst_node_id)
         if ctx is None:
             return Message(Error(code=404, reason=f"no node {msg.metadata.dst_node_id}"), reply_to=msg)
@@ -97,7 +122,7 @@ class LocalGrid(Grid):
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         ids = []
-        for msg in messages:
+        for msg in self.stamp(messages):
             key = str(next(self._ids))
             self._pending[key] = self._deliver(msg)
             ids.append(key)
@@ -107,7 +132,7 @@ class LocalGrid(Grid):
         return [self._pending.pop(i) for i in message_ids if i in self._pending]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        messages = list(messages)
+        messages = self.stamp(messages)
         if self.executor is None or not messages or any(m.metadata.message_type != MessageType.TRAIN for m in messages):
             return [self._deliver(m) for m in messages]
         before, start = self.client_seconds, time.perf_counter()

@@ -334,7 +334,7 @@ class RayGrid(LocalGrid):
         return ids
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        messages = [m for m in messages]
+        messages = self.stamp(messages)  # ids before the messages travel: a worker's replies name them
         self.revive()
         replies: list[Message | None] = [None] * len(messages)
         known = []

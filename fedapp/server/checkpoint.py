@@ -9,18 +9,23 @@ A SuperLink or ServerApp crash therefore loses at most the round in flight; a re
 run drops any metrics row newer than the checkpoint and redoes it, so no round is lost or repeated.
 
 The checkpoint also holds the resolved run-config (less the keys in RESUMABLE) and its hash:
-``resume=true`` with a config that learns something else is refused, naming the keys.
+``resume=true`` with a config that learns something else is refused, naming the keys. It carries
+its run's identity: the digest of the metrics rows written up to its round (``rows``,
+fedapp.server.results.rows_digest). A resume whose metrics.jsonl does not hold those rows (another
+run's checkpoint copied in, or another run's rows) is refused before anything is written. The file
+is read only as a regular file inside the run folder, its archive members checked before any is
+read (fedapp.core.safe_read).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import re
 import secrets
 import time
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,8 +33,10 @@ from typing import Any
 import numpy as np
 
 from fedapp.core.config import ConfigError
+from fedapp.core.safe_read import UnsafeFile, read_npz
 from fedapp.core.state import save_npz_atomic, token_folder
 from fedapp.core.state_rounds import Lineage
+from fedapp.server.results import read_metrics_upto, rows_digest
 from fedapp.server.rundir import CLIENT_STATE
 from fedapp.server.scores import parse_meta
 
@@ -51,6 +58,7 @@ class Checkpoint:
     config: dict[str, Any] | None = None  # the run's resolved config less RESUMABLE (None: an older checkpoint)
     lineage: str = ""  # the server starts whose client-state versions count (fedapp.core.state_rounds.Lineage; '' = one)
     scores: dict[str, Any] | None = None  # standing scores, and this round's row while it waits for the next round's (fedapp.server.scores)
+    rows: str = ""  # digest of the run's metrics rows up to this round (results.rows_digest; '' = an older checkpoint)
 
 
 def learned(config: dict[str, Any]) -> dict[str, Any]:
@@ -75,6 +83,8 @@ def save(run_dir: str | Path, ckpt: Checkpoint) -> Path:
         meta["lineage"] = ckpt.lineage
     if ckpt.scores is not None:
         meta["scores"] = ckpt.scores
+    if ckpt.rows:
+        meta["rows"] = ckpt.rows
     if ckpt.config is not None:
         meta.update({"config": learned(ckpt.config), "config-hash": config_hash(ckpt.config)})
     payload = {f"global/{k}": v for k, v in ckpt.arrays.items()}
@@ -87,25 +97,22 @@ def save(run_dir: str | Path, ckpt: Checkpoint) -> Path:
 
 def load(run_dir: str | Path) -> Checkpoint | None:
     path = Path(run_dir) / FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     try:
-        if not zipfile.is_zipfile(path):  # np.load would try a non-zip file as a pickle and say so
-            raise ValueError("not an .npz archive")
-        with np.load(path, allow_pickle=False) as data:
-            meta = json.loads(str(data["meta"]))
-            arrays = {k.removeprefix("global/"): data[k] for k in data.files if k.startswith("global/")}
-            policy = {k.removeprefix("policy/"): data[k] for k in data.files if k.startswith("policy/")}
+        data = read_npz(path, run_dir)
+        meta = json.loads(str(data["meta"]))
+        arrays = {k.removeprefix("global/"): v for k, v in data.items() if k.startswith("global/")}
+        policy = {k.removeprefix("policy/"): v for k, v in data.items() if k.startswith("policy/")}
         version, internal, gauss = meta["rng"]
         rng = (version, tuple(internal), gauss)
-        lineage = str(meta.get("lineage", ""))
+        lineage, rows, token = str(meta.get("lineage", "")), str(meta.get("rows", "")), str(meta["token"])
         scores = meta.get("scores")
         parse_meta(scores)  # damaged: refused here, before the run folder changes
-        return Checkpoint(
-            int(meta["round"]), arrays, policy, rng, str(meta["token"]), bool(meta["finished"]), meta.get("config"), lineage, scores
-        )
-    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as err:
-        raise ConfigError(f"checkpoint {path} is damaged or not a fedapp checkpoint ({err}); move it away, or set overwrite=true") from None
+        return Checkpoint(int(meta["round"]), arrays, policy, rng, token, bool(meta["finished"]), meta.get("config"), lineage, scores, rows)
+    except (OSError, ValueError, KeyError, TypeError, EOFError) as err:
+        why = err.why if isinstance(err, UnsafeFile) else str(err)
+        raise ConfigError(f"checkpoint {path} is damaged or not a fedapp checkpoint ({why}); move it away, or set overwrite=true") from None
 
 
 def client_state_dir(run_dir: str | Path) -> Path:
@@ -172,6 +179,15 @@ def check_contents(run_dir: str | Path, ckpt: Checkpoint, initial: dict[str, np.
     for name, a in ckpt.policy.items():
         if a.dtype.kind in "fc" and not np.isfinite(a).all():
             raise bad(f"method state {name!r} has non-finite values")
+    try:
+        rows = read_metrics_upto(run_dir, ckpt.round) if ckpt.rows else []
+    except UnsafeFile as err:
+        raise bad(f"cannot check it against its run's rows ({err})") from None
+    if ckpt.rows and ckpt.rows != rows_digest(rows):
+        raise bad(
+            f"it belongs to another run: metrics.jsonl does not hold the rows of rounds 1..{ckpt.round} it was written after "
+            "(a checkpoint or metrics file copied from another run folder?)"
+        )
     try:
         random.Random().setstate(ckpt.rng)
         token_folder(".", ckpt.token)

@@ -97,6 +97,19 @@ def sample_count(metrics: dict[str, float], size: int, split: str = "training") 
     return n
 
 
+def evaluation(metrics: dict[str, float], n: int) -> None:
+    """A self-reported local evaluation that no model could produce on ``n`` samples: an accuracy
+    that is not a whole number of correct samples out of n, or a mean cross-entropy below
+    (1 - accuracy) x ln 2 (a misclassified sample gave its label at most probability 1/2). What a
+    node makes up within these bounds cannot be told from an honest result (docs/faults.md)."""
+    acc, loss = metrics["accuracy"], metrics.get("loss")
+    correct = round(acc * n)
+    if correct / n != acc:
+        raise ReplyError(f"accuracy = {acc!r} is not a whole number of correct samples out of its {n} local test samples")
+    if loss is not None and loss < (1.0 - acc) * math.log(2) * (1 - 1e-4):  # float32 rounding; NaN compares False
+        raise ReplyError(f"loss = {loss!r} is below (1 - accuracy) x ln 2 = {(1.0 - acc) * math.log(2):.6g}: no model scores that")
+
+
 def check_arrays(record: ArrayRecord, limits: dict[str, int], what: str) -> None:
     """Before decoding: every array is named in ``limits`` (its most bytes of data), numpy-serialised, not larger."""
     for name, arr in record.items():

@@ -6,9 +6,11 @@ simulation's disk store). Which folder, and whether it may be used, is fedapp.se
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import math
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from fedapp.core.config import RunConfig, kebab
+from fedapp.core.safe_read import UnsafeFile, read_text
 from fedapp.server.rundir import CLIENT_STATE
 
 log = logging.getLogger("flwr")
@@ -51,14 +54,21 @@ class RunWriter:
             config = {**config, PROVENANCE: {**provenance, **({"earlier": earlier} if earlier else {})}}
         (self.dir / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         self.metrics_path = self.dir / "metrics.jsonl"
-        kept = [r for r in read_metrics(self.dir) if int(r["round"]) <= keep_rounds] if keep_rounds and self.metrics_path.exists() else []
+        kept = read_metrics_upto(self.dir, keep_rounds) if keep_rounds else []
         tmp = self.metrics_path.with_suffix(".tmp")
         tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
         tmp.replace(self.metrics_path)
+        self.rows = hashlib.sha256(rows_text(kept).encode())
 
     def append(self, row: dict[str, Any]) -> None:
+        line = json.dumps({k: _clean(v) for k, v in row.items()}) + "\n"
         with self.metrics_path.open("a") as fh:
-            fh.write(json.dumps({k: _clean(v) for k, v in row.items()}) + "\n")
+            fh.write(line)
+        self.rows.update(rows_text([json.loads(line)]).encode())
+
+    def rows_digest(self) -> str:
+        """The digest of every row written so far, as ``rows_digest`` computes it from the file."""
+        return self.rows.hexdigest()
 
     def write_json(self, name: str, data: Any) -> Path:
         path = self.dir / name
@@ -83,10 +93,32 @@ def read_metrics(run_dir: str | Path, energy: bool = False) -> list[dict[str, An
     return parse_rows(path)
 
 
+def rows_text(rows: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+def rows_digest(rows: list[dict[str, Any]]) -> str:
+    """What a checkpoint records of the rows written before it: its run's identity (fedapp.server.checkpoint)."""
+    return hashlib.sha256(rows_text(rows).encode()).hexdigest()
+
+
+def read_metrics_upto(run_dir: str | Path, last: int) -> list[dict[str, Any]]:
+    """The rows of metrics.jsonl up to round ``last`` ([] without the file); a row without an integer round is an error."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not os.path.lexists(path):
+        return []
+    rows = parse_rows(path)
+    for i, r in enumerate(rows):
+        if not isinstance(r.get("round"), int) or isinstance(r["round"], bool):
+            raise UnsafeFile(path, f"row {i + 1} has no integer 'round' ({str(r.get('round'))[:40]!r}): not a fedapp metrics file")
+    return [r for r in rows if r["round"] <= last]
+
+
 def parse_rows(path: Path) -> list[dict[str, Any]]:
-    """Rows of a jsonl file. A torn last line (a run killed mid-write) is dropped with a
-    warning; a bad line anywhere else is an error naming the file and line."""
-    lines = path.read_text(errors="replace").splitlines()
+    """Rows of a jsonl file, read as a regular file inside its folder (fedapp.core.safe_read). A
+    torn last line (a run killed mid-write) is dropped with a warning; a bad line anywhere else, or
+    a line that is JSON but not an object, is an error naming the file and line."""
+    lines = read_text(path, path.parent).splitlines()
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     rows = []
     for i, line in enumerate(lines):
@@ -98,7 +130,9 @@ def parse_rows(path: Path) -> list[dict[str, Any]]:
             if i == last:
                 log.warning("%s: dropped its torn last line %d (a run stopped while writing it)", path, i + 1)
                 break
-            raise ValueError(f"{path} line {i + 1} is not a JSON row ({err.msg}): the file is damaged") from None
+            raise UnsafeFile(path, f"line {i + 1} is not a JSON row ({err.msg}): the file is damaged") from None
+        if not isinstance(rows[-1], dict):
+            raise UnsafeFile(path, f"line {i + 1} is JSON but not a row object ({type(rows[-1]).__name__}): the file is damaged")
     return rows
 
 

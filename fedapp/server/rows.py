@@ -12,7 +12,7 @@ CORE_KEYS = frozenset({
     "failed_pids", "failure_reasons", "eval_failures", "personalized_accuracy", "personalized_accuracy_min",
     "personalized_accuracy_max", "evaluated_clients", "aggregate_rejected", "train_seconds", "seconds", "roster_refused",
     "anomaly", "wire_bytes_up", "wire_bytes_down", "wire_bytes_clients", "mb_total", "downlink", "messages",
-    "node_versions_differ",
+    "node_versions_differ", "replayed_pids",
 })  # fmt: skip
 """The round loop's own metrics.jsonl keys; a method's metrics may not reuse one, nor one of the
 time and energy keys the ledger adds after them (fedapp.energy.ledger; checked in ``RunSession.play_round``)."""

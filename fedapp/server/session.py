@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -79,7 +80,7 @@ def claim(raw_config: Mapping[str, Any], base: Path | None) -> Claim:
         check_settings(cfg, method, params, raw_config)
     lock = rundir.RunLock(run_dir).acquire()
     try:  # under the lock: a run that finished a moment ago is seen, not overwritten
-        rundir.check_reuse(run_dir, cfg.resume, cfg.overwrite, (run_dir / checkpoint.FILE).exists())
+        rundir.check_reuse(run_dir, cfg.resume, cfg.overwrite, os.path.lexists(run_dir / checkpoint.FILE))  # a bad link is named by load
     except ConfigError:
         lock.release(remove_if_empty=True)
         raise
@@ -280,7 +281,9 @@ class RunSession:
             context_state.save(Path(cfg.run_dir) / rundir.CLIENT_STATE / self.token)
         policy_state, sampling = self.policy.state(), strategy.sampling_state()
         scores = book.meta(self.pending)
-        kept = checkpoint.Checkpoint(rnd, self.arrays, policy_state, sampling, self.token, self.done, self.config, self.lineage, scores)
+        kept = checkpoint.Checkpoint(
+            rnd, self.arrays, policy_state, sampling, self.token, self.done, self.config, self.lineage, scores, self.writer.rows_digest()
+        )
         checkpoint.save(cfg.run_dir, kept)
 
     def collect(self, pending: Pending, before: Mapping[int, dict[str, float]], sent: Mapping[int, int]) -> None:

@@ -37,6 +37,7 @@ from fedapp.downlink.traffic import Sizer, message_bytes, wire_row
 from fedapp.methods.base import NodeTask, Reply, ServerPolicy
 from fedapp.server import reply_checks as checks
 from fedapp.server import robust
+from fedapp.server.reply_binding import Replays, bind
 from fedapp.server.scores import ScoreBook
 
 log = logging.getLogger("flwr")
@@ -64,6 +65,7 @@ class RoundStats:
     messages: dict[str, int] = field(default_factory=lambda: {"train": 0, "evaluate": 0})  # messages sent while the round played
     online: dict[int, int] = field(default_factory=dict)  # partition -> node of every node online this round
     sent_nodes: dict[int, int] = field(default_factory=dict)  # partition -> node its train message went to
+    replayed: list[int] = field(default_factory=list)  # partitions whose reply repeats one of their node's earlier replies
 
     def row(self, more_reasons: Iterable[str] = ()) -> dict[str, Any]:
         """The row's core round keys; ``more_reasons`` (the evaluation's) follow this round's own."""
@@ -79,6 +81,8 @@ class RoundStats:
         if self.downlink is not None:
             row["downlink"] = self.downlink
         row["messages"] = dict(self.messages)
+        if self.replayed:
+            row["replayed_pids"] = sorted(self.replayed)
         return row
 
 
@@ -141,6 +145,8 @@ class MaskedStrategy(Strategy):
         self.sent_nodes: dict[int, int] = {}  # partition id -> node its train task went to this round
         self.tasks: dict[int, NodeTask] = {}  # partition id -> its train task this round (what its reply may cover)
         self.eval_nodes: dict[int, int] = {}  # partition id -> node its evaluate task went to this round
+        self.replays = Replays()  # per node, what its accepted train replies held (a replay is flagged)
+        self.eval_sent: list[Message] = []  # this round's evaluate messages, which its evaluate replies must answer
         self.scale: dict[str, float] = dict(scale or {})  # per float tensor: the unit of the step bound (reply_checks.scales)
         self.limits: tuple[dict[str, int], dict[str, int]] = ({}, {})  # most data bytes per values / mask array
         self.sizes = split_sizes(cfg)  # per partition: local train and test samples (deterministic split)
@@ -216,7 +222,10 @@ class MaskedStrategy(Strategy):
 
         def send(msgs: list[Message]) -> list[Message]:
             self.stats.messages["train"] += len(msgs)
-            replies = list(grid.send_and_receive(msgs, timeout=self.cfg.round_timeout))
+            replies, dropped = bind(msgs, grid.send_and_receive(msgs, timeout=self.cfg.round_timeout))
+            for reason in dropped:  # the node whose message it claimed to answer is unharmed; the sender's own message has no reply
+                self.stats.reasons.append(reason)
+                log.warning("round %d: %s", server_round, reason)
             self.count_up(replies, self.sent_nodes)
             return replies
 
@@ -297,6 +306,14 @@ class MaskedStrategy(Strategy):
             for which, score in carried.items():
                 stats.scores.setdefault(which, {})[reply.pid] = score
             stats.client_metrics[reply.pid] = reply.metrics
+            if self.replays.seen(msg.metadata.src_node_id, msg.content):
+                stats.replayed.append(reply.pid)
+                log.warning(
+                    "round %d: node %s (partition %d) sent a reply identical to one of its earlier replies",
+                    server_round,
+                    msg.metadata.src_node_id,
+                    reply.pid,
+                )
             ok.append(reply)
         for _ in range(stats.sent - received):
             self._fail("no reply before round-timeout")
@@ -356,6 +373,7 @@ class MaskedStrategy(Strategy):
             node, ttl = nodes[pid], self.cfg.round_timeout
             messages.append(Message(content, dst_node_id=node, message_type=MessageType.EVALUATE, group_id=str(server_round), ttl=ttl))
         self.stats.messages["evaluate"] += len(messages)
+        self.eval_sent = messages  # the grid gives each its id when it sends them (reply_binding)
         return messages
 
     def check_eval(self, msg: Message) -> tuple[int, dict[str, float]]:
@@ -372,7 +390,8 @@ class MaskedStrategy(Strategy):
         acc = metrics.get("accuracy")
         if acc is None or not 0.0 <= acc <= 1.0:
             raise checks.ReplyError(f"accuracy = {acc!r}, expected a number in [0, 1]")
-        checks.sample_count(metrics, self.sizes[pid].test, "local test")
+        n = checks.sample_count(metrics, self.sizes[pid].test, "local test")
+        checks.evaluation(metrics, int(n))
         return pid, metrics
 
     def personal_eval_round(self, server_round: int) -> bool:
@@ -391,7 +410,8 @@ class MaskedStrategy(Strategy):
         """Each evaluate reply's metrics by partition (in reply order), and why any was dropped (each logged)."""
         got: dict[int, dict[str, float]] = {}
         reasons: list[str] = []
-        replies = list(replies)
+        replies, dropped = bind(self.eval_sent, replies)
+        reasons.extend(dropped)
         self.count_up(replies, self.eval_nodes)
         for msg in replies:
             if msg.has_error():
