@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from fedapp.core import score_keys
 from fedapp.core.evaluate import evaluate
 from fedapp.server.reply_checks import ReplyError, evaluation
 from tests.test_faults import BAD, PERSONAL, malicious_app, run, set_metric
@@ -53,7 +54,9 @@ def test_hundreds_of_honest_evaluations_pass_and_made_up_ones_are_refused() -> N
 
 
 def test_a_made_up_personalised_accuracy_is_that_nodes_evaluation_failure(tmp_path: Path) -> None:
-    out, _ = run(tmp_path, malicious_app(evaluate=set_metric("accuracy", 0.987654321)), PERSONAL)
+    made_up = set_metric("accuracy", 0.987654321)  # where a score travels: an evaluate reply, or the next train reply
+    carried = set_metric(score_keys.PREFIX[score_keys.BEFORE] + "accuracy", 0.987654321)
+    out, _ = run(tmp_path, malicious_app(train=carried, evaluate=made_up), PERSONAL)
     for r in out:
         assert (r["failures"], r["eval_failures"], r["evaluated_clients"]) == (0, 1, 2), r
         assert any(
