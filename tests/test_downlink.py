@@ -35,7 +35,15 @@ TINY = {
     "optimizer": "adam", "lr": 0.01, "batch-size": 32, "local-steps": 1, "client-weighting": "uniform",
     "warmup-rounds": 1, "cycles": 1, "rounds-per-layer": 1, "full-rounds-between-cycles": 0, "num-server-rounds": 7,
 }  # fmt: skip
-TRAFFIC = {"bytes_down", "wire_bytes_down", "wire_bytes_up", "wire_bytes_clients", "mb_total", "downlink"}
+TRAFFIC = {
+    "bytes_down",
+    "wire_bytes_down",
+    "wire_bytes_up",
+    "wire_bytes_clients",
+    "mb_total",
+    "downlink",
+    "messages",
+}  # a resend is a message too
 Fault = Callable[[Context, int], None]
 
 
