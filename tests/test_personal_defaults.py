@@ -107,6 +107,7 @@ def test_the_personalised_mean_is_over_clients_that_have_test_samples() -> None:
     strategy.eval_nodes = {0: 10, 1: 11}  # the evaluate tasks went there
     strategy.sizes = (SplitSize(train=6, test=4), SplitSize(train=6, test=0))  # partition 1: no local test samples
     ask = [Message(RecordDict(), dst_node_id=node, message_type="evaluate") for node in (10, 11)]
+    strategy.eval_sent = ask  # the messages the replies answer (fedapp.server.reply_binding)
     replies = [
         Message(
             RecordDict({"metrics": MetricRecord({"accuracy": 0.5, "loss": 1.0, "num-examples": 4, "partition-id": 0})}), reply_to=ask[0]

@@ -156,3 +156,25 @@ def test_a_reply_repeating_one_of_the_nodes_earlier_replies_is_flagged_in_the_ro
     assert ["replayed_pids" in r for r in out] == [False, True, True]
     assert [r.get("replayed_pids") for r in out[1:]] == [[BAD], [BAD]]
     assert all(r["failures"] == 0 for r in out)  # flagged, not refused
+
+
+def test_the_superlinks_own_error_for_an_undeliverable_message_counts_as_that_messages_answer() -> None:
+    """Flower's SuperLink answers a message whose node went offline (or that expired) with an error from
+    node SUPERLINK_NODE_ID: that is the message's failure now, not a stranger's reply to drop until round-timeout.
+    Only an error, only once, and only for a message this exchange sent."""
+    from flwr.app import Error
+    from flwr.common.constant import SUPERLINK_NODE_ID
+
+    sent = [sent_message(1000, "m0"), sent_message(1001, "m1")]
+
+    def superlink_error(to: Message, rid: str) -> Message:
+        out = Message(Error(code=0, reason="Node Unavailable"), reply_to=to)
+        out.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
+        out.metadata.__dict__["_reply_to_message_id"] = rid
+        return out
+
+    unavailable, again, stranger = superlink_error(sent[0], "m0"), superlink_error(sent[0], "m0"), superlink_error(sent[1], "mx")
+    content = reply(sent[1], src=SUPERLINK_NODE_ID)  # content, not an error, claimed by the SuperLink's id: dropped
+    kept, reasons = bind(sent, [unavailable, again, stranger, content, reply(sent[1])])
+    assert kept[0] is unavailable and len(kept) == 2 and kept[1].metadata.src_node_id == 1001
+    assert len(reasons) == 3

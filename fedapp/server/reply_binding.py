@@ -20,6 +20,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 
 from flwr.app import Message, RecordDict
+from flwr.common.constant import SUPERLINK_NODE_ID
 
 
 def bind(sent: Sequence[Message], replies: Iterable[Message]) -> tuple[list[Message], list[str]]:
@@ -32,6 +33,10 @@ def bind(sent: Sequence[Message], replies: Iterable[Message]) -> tuple[list[Mess
     for reply in replies:
         node, rid = reply.metadata.src_node_id, reply.metadata.reply_to_message_id
         msg = by_id.get(rid) if rid else None
+        if msg is not None and node == SUPERLINK_NODE_ID and reply.has_error() and rid not in answered:
+            answered.add(rid)  # the SuperLink's own word on a message it could not deliver (its node went offline, or it
+            kept.append(reply)  # expired): an error carrying nothing, that message's failure now rather than at round-timeout
+            continue
         key: str | int = rid if msg is not None else node
         if msg is None and (rid or node not in unstamped):
             reasons.append(f"node {node}: reply to message {rid[:40]!r}, which this exchange did not send to it, dropped")
