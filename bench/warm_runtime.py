@@ -119,10 +119,14 @@ def measure(runtime: str, methods: list[str], rounds: int, out: Path) -> dict[st
     return results
 
 
-def messages(row: dict[str, Any], pid: str) -> tuple[int, int]:
-    """(train, evaluate) messages node ``pid`` answered in this round, from the row."""
-    train = 1 if pid in (row.get("train_seconds") or {}) else 0
-    return train, 1 if (row.get("evaluated_clients") or 0) > 0 else 0  # personalised evaluation asks every node here
+def messages(row: dict[str, Any], pid: str) -> tuple[float, float]:
+    """(train, evaluate) messages node ``pid`` answered in this round: the row's own count of evaluate
+    messages (one message per client and round sends them only where a score is missing), shared over
+    the nodes, else (rows written before that count) one per node in a personalised evaluation round."""
+    train = 1.0 if pid in (row.get("train_seconds") or {}) else 0.0
+    if "messages" in row:
+        return train, row["messages"]["evaluate"] / len(FRACTIONS)
+    return train, 1.0 if (row.get("evaluated_clients") or 0) > 0 else 0.0
 
 
 def node_table(runtime: str, method: str, r: dict[str, Any]) -> list[dict[str, Any]]:
